@@ -1,0 +1,228 @@
+#include "store/layout.h"
+
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace meshpool::store {
+namespace {
+
+constexpr uint64_t kOffsetMask = (1ull << kOffsetBits) - 1;
+constexpr uint64_t kSizeCodeMask = (1ull << kSizeCodeBits) - 1;
+// Size code: 6-bit exponent, 4-bit mantissa over 64-byte units.
+constexpr int kMantissaBits = 4;
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+uint64_t EncodeSize(uint64_t object_bytes) {
+  uint64_t units = RoundUp(object_bytes, kObjectAlign) / kObjectAlign;
+  if (units < (1u << kMantissaBits)) return units;  // exponent 0: exact
+  // Normalise the mantissa into [8, 16): at most 1/8 over-approximation.
+  int exponent = std::bit_width(units) - kMantissaBits;
+  uint64_t mantissa = (units + (1ull << exponent) - 1) >> exponent;
+  if (mantissa == (1u << kMantissaBits)) {
+    ++exponent;
+    mantissa >>= 1;
+  }
+  return (static_cast<uint64_t>(exponent) << kMantissaBits) | mantissa;
+}
+
+uint64_t DecodeSize(uint64_t code) {
+  uint64_t exponent = code >> kMantissaBits;
+  uint64_t mantissa = code & ((1u << kMantissaBits) - 1);
+  return (mantissa << exponent) * kObjectAlign;
+}
+
+uint64_t HeaderChecksum(const ObjectHeader& h) {
+  return XXH3_64bits(&h, offsetof(ObjectHeader, header_checksum));
+}
+
+uint64_t ChunkDigest(const char* data, size_t len, uint64_t header_checksum,
+                     uint64_t chunk) {
+  // Seeding with the header's checksum binds the value to its header: a new
+  // header over an old value (or the reverse) never verifies.
+  return XXH3_64bits_withSeed(data, len, header_checksum ^ chunk);
+}
+
+}  // namespace
+
+uint64_t PoolLayout::slab_of(uint64_t offset) const {
+  if (offset < slab_area_offset) return slab_count;
+  uint64_t slab = (offset - slab_area_offset) / slab_bytes;
+  return slab < slab_count ? slab : slab_count;
+}
+
+absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
+                                         uint64_t slab_bytes,
+                                         uint64_t bucket_count) {
+  if (pool_bytes > kMaxPoolBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pool of ", pool_bytes, " bytes exceeds the addressable ",
+        kMaxPoolBytes, " bytes; use a smaller --capacity"));
+  }
+  if (slab_bytes == 0) {
+    slab_bytes = std::bit_floor(std::max<uint64_t>(pool_bytes / 16, 1));
+    slab_bytes = std::clamp<uint64_t>(slab_bytes, 1 << 20, 64 << 20);
+  }
+  if (slab_bytes % kObjectAlign != 0 || slab_bytes < 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slab size ", slab_bytes, " must be a multiple of ", kObjectAlign,
+        " and at least 4KiB"));
+  }
+  if (bucket_count == 0) {
+    bucket_count = std::max<uint64_t>(1024, pool_bytes / 4096);
+  }
+  PoolLayout layout;
+  layout.pool_bytes = pool_bytes;
+  layout.index_offset = kSuperblockBytes;
+  layout.bucket_count = bucket_count;
+  layout.slab_area_offset =
+      RoundUp(layout.index_offset + bucket_count * kBucketBytes, 4096);
+  layout.slab_bytes = slab_bytes;
+  layout.slab_count = pool_bytes > layout.slab_area_offset
+                          ? (pool_bytes - layout.slab_area_offset) / slab_bytes
+                          : 0;
+  if (layout.slab_count < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a pool of ", pool_bytes, " bytes cannot hold an index of ",
+        bucket_count, " buckets and two slabs of ", slab_bytes,
+        " bytes; raise --capacity or lower --slab-size"));
+  }
+  return layout;
+}
+
+KeyHash HashKey(absl::string_view key) {
+  XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  return {h.low64, h.high64};
+}
+
+BucketPair BucketsFor(const KeyHash& hash, uint64_t bucket_count) {
+  uint64_t first = hash.lo % bucket_count;
+  uint64_t second = (hash.hi >> 8) % bucket_count;
+  if (second == first && bucket_count > 1) second = (first + 1) % bucket_count;
+  return {first, second};
+}
+
+uint8_t Fingerprint(const KeyHash& hash) {
+  return static_cast<uint8_t>(hash.hi >> 56);
+}
+
+uint64_t SlotSizeBound(uint64_t object_bytes) {
+  return DecodeSize(EncodeSize(object_bytes));
+}
+
+uint64_t EncodeSlot(uint8_t fingerprint, uint64_t object_bytes,
+                    uint64_t offset) {
+  return (static_cast<uint64_t>(fingerprint) << (kOffsetBits + kSizeCodeBits)) |
+         ((EncodeSize(object_bytes) & kSizeCodeMask) << kOffsetBits) |
+         ((offset / kObjectAlign) & kOffsetMask);
+}
+
+Slot DecodeSlot(uint64_t word) {
+  Slot slot;
+  slot.fingerprint = static_cast<uint8_t>(word >> (kOffsetBits + kSizeCodeBits));
+  slot.size_bound = DecodeSize((word >> kOffsetBits) & kSizeCodeMask);
+  slot.offset = (word & kOffsetMask) * kObjectAlign;
+  return slot;
+}
+
+uint64_t DigestCount(uint64_t value_length) {
+  return value_length == 0 ? 1
+                           : (value_length + kDigestChunkBytes - 1) /
+                                 kDigestChunkBytes;
+}
+
+uint64_t ValueOffset(uint64_t key_length) {
+  return kObjectHeaderBytes + RoundUp(key_length, 8);
+}
+
+uint64_t ObjectBytes(uint64_t key_length, uint64_t value_length) {
+  return RoundUp(ValueOffset(key_length) + RoundUp(value_length, 8) +
+                     8 * DigestCount(value_length),
+                 kObjectAlign);
+}
+
+void EncodeObject(absl::Span<char> dst, absl::string_view key,
+                  absl::string_view value, uint64_t incarnation,
+                  uint64_t sequence) {
+  KeyHash hash = HashKey(key);
+  ObjectHeader h{};
+  h.magic = kObjectMagic;
+  h.version = kFormatVersion;
+  h.key_length = static_cast<uint32_t>(key.size());
+  h.value_length = value.size();
+  h.key_hash_lo = hash.lo;
+  h.key_hash_hi = hash.hi;
+  h.incarnation = incarnation;
+  h.sequence = sequence;
+  h.header_checksum = HeaderChecksum(h);
+  char* p = dst.data();
+  uint64_t total = ObjectBytes(key.size(), value.size());
+  std::memcpy(p, &h, sizeof(h));
+  std::memcpy(p + kObjectHeaderBytes, key.data(), key.size());
+  uint64_t value_off = ValueOffset(key.size());
+  std::memset(p + kObjectHeaderBytes + key.size(), 0,
+              value_off - kObjectHeaderBytes - key.size());
+  if (!value.empty()) std::memcpy(p + value_off, value.data(), value.size());
+  uint64_t digest_off = value_off + RoundUp(value.size(), 8);
+  std::memset(p + value_off + value.size(), 0,
+              digest_off - value_off - value.size());
+  uint64_t chunks = DigestCount(value.size());
+  for (uint64_t c = 0; c < chunks; ++c) {
+    size_t begin = c * kDigestChunkBytes;
+    size_t len = std::min<size_t>(kDigestChunkBytes, value.size() - begin);
+    uint64_t d = ChunkDigest(value.data() + begin, len, h.header_checksum, c);
+    std::memcpy(p + digest_off + 8 * c, &d, 8);
+  }
+  uint64_t end = digest_off + 8 * chunks;
+  std::memset(p + end, 0, total - end);
+}
+
+absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
+                          const KeyHash& hash, uint64_t incarnation,
+                          absl::string_view* value) {
+  if (bytes.size() < kObjectHeaderBytes) {
+    return absl::OutOfRangeError("object read shorter than its header");
+  }
+  ObjectHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.magic != kObjectMagic || h.version != kFormatVersion ||
+      h.header_checksum != HeaderChecksum(h)) {
+    return absl::AbortedError("object header torn or reused; re-read index");
+  }
+  if (h.incarnation != incarnation) {
+    return absl::AbortedError("object from another node incarnation");
+  }
+  if (h.key_hash_lo != hash.lo || h.key_hash_hi != hash.hi ||
+      h.key_length != key.size()) {
+    return absl::NotFoundError("slot holds a different key");
+  }
+  uint64_t total = ObjectBytes(h.key_length, h.value_length);
+  if (total > bytes.size()) {
+    return absl::OutOfRangeError("object read shorter than the object");
+  }
+  if (std::memcmp(bytes.data() + kObjectHeaderBytes, key.data(), key.size()) !=
+      0) {
+    return absl::NotFoundError("slot holds a different key with same hash");
+  }
+  const char* v = bytes.data() + ValueOffset(h.key_length);
+  uint64_t digest_off = ValueOffset(h.key_length) + RoundUp(h.value_length, 8);
+  uint64_t chunks = DigestCount(h.value_length);
+  for (uint64_t c = 0; c < chunks; ++c) {
+    size_t begin = c * kDigestChunkBytes;
+    size_t len = std::min<size_t>(kDigestChunkBytes, h.value_length - begin);
+    uint64_t stored;
+    std::memcpy(&stored, bytes.data() + digest_off + 8 * c, 8);
+    if (stored != ChunkDigest(v + begin, len, h.header_checksum, c)) {
+      return absl::AbortedError("object value digest mismatch; re-read");
+    }
+  }
+  *value = absl::string_view(v, h.value_length);
+  return absl::OkStatus();
+}
+
+}  // namespace meshpool::store

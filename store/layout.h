@@ -1,0 +1,165 @@
+// meshpool/store/layout.h: the on-memory format of a memory node's pool, shared
+// by the node (which lays it out) and clients (which read and write it with
+// one-sided operations). Every byte layout here is part of the wire contract.
+//
+//   pool:   [ superblock 4 KiB | index: bucket_count x 64 B | slabs ... ]
+//   bucket: 8 slots of 8 bytes. A key may live in either of two buckets.
+//   slot:   0 = empty, else [63:56] fingerprint | [55:46] size code |
+//           [45:0] object offset in 64-byte units from the pool start.
+//   object: [ header 64 B | key, padded to 8 | value, padded to 8 |
+//             digests: one XXH3-64 per 1 MiB chunk of value (at least one) ]
+//           padded to 64 B. Objects are immutable once published.
+//
+// The size code over-approximates the object's size by at most 1/8 so that a
+// reader can fetch the whole object with a single READ.
+//
+// All functions are pure and thread-safe.
+#ifndef MESHPOOL_STORE_LAYOUT_H_
+#define MESHPOOL_STORE_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace meshpool::store {
+
+inline constexpr uint64_t kSuperblockMagic = 0x4c4f4f504853454dull;  // MESHPOOL
+inline constexpr uint32_t kObjectMagic = 0x4a424f4du;                // MOBJ
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kSuperblockBytes = 4096;
+inline constexpr size_t kSlotBytes = 8;
+inline constexpr size_t kSlotsPerBucket = 8;
+inline constexpr size_t kBucketBytes = kSlotBytes * kSlotsPerBucket;
+inline constexpr size_t kObjectAlign = 64;
+inline constexpr size_t kObjectHeaderBytes = 64;
+inline constexpr size_t kDigestChunkBytes = 1 << 20;
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr int kOffsetBits = 46;
+inline constexpr int kSizeCodeBits = 10;
+inline constexpr int kFingerprintBits = 8;
+static_assert(kBucketBytes == 64, "a bucket is one cache line / one READ");
+static_assert(kOffsetBits + kSizeCodeBits + kFingerprintBits == 64);
+static_assert(kObjectHeaderBytes % 8 == 0 && kObjectAlign % 8 == 0);
+static_assert(kSuperblockBytes % kObjectAlign == 0);
+static_assert(kMaxKeyBytes >= 1024, "the contract promises 1 KiB keys");
+
+// Largest pool a slot can address.
+inline constexpr uint64_t kMaxPoolBytes = (1ull << kOffsetBits) * kObjectAlign;
+
+struct Superblock {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t incarnation;
+  uint64_t pool_bytes;
+  uint64_t index_offset;
+  uint64_t bucket_count;
+  uint64_t slab_area_offset;
+  uint64_t slab_bytes;
+  uint64_t slab_count;
+};
+static_assert(sizeof(Superblock) <= kSuperblockBytes);
+
+// Where things are in a pool; published with the node's registration.
+struct PoolLayout {
+  uint64_t pool_bytes = 0;
+  uint64_t index_offset = 0;
+  uint64_t bucket_count = 0;
+  uint64_t slab_area_offset = 0;
+  uint64_t slab_bytes = 0;
+  uint64_t slab_count = 0;
+
+  uint64_t bucket_offset(uint64_t bucket) const {
+    return index_offset + bucket * kBucketBytes;
+  }
+  uint64_t slab_offset(uint64_t slab) const {
+    return slab_area_offset + slab * slab_bytes;
+  }
+  // Slab holding pool offset `offset`, or slab_count if outside the slabs.
+  uint64_t slab_of(uint64_t offset) const;
+};
+
+// Lays out a pool of `pool_bytes`. `slab_bytes` 0 picks min(64 MiB,
+// pool/16) rounded down to a power of two, at least 1 MiB; `bucket_count` 0
+// picks pool_bytes / 4096 (index = 1/64 of the pool), at least 1024.
+// InvalidArgument when the pool cannot hold the index and two slabs, or when
+// slab_bytes is not a multiple of kObjectAlign.
+absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
+                                         uint64_t slab_bytes = 0,
+                                         uint64_t bucket_count = 0);
+
+// 128-bit XXH3 of the key bytes.
+struct KeyHash {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  bool operator==(const KeyHash&) const = default;
+};
+KeyHash HashKey(absl::string_view key);
+
+// The two buckets a key may live in (distinct when bucket_count > 1).
+struct BucketPair {
+  uint64_t first;
+  uint64_t second;
+};
+BucketPair BucketsFor(const KeyHash& hash, uint64_t bucket_count);
+uint8_t Fingerprint(const KeyHash& hash);
+
+// Slot encoding.
+struct Slot {
+  uint8_t fingerprint = 0;
+  uint64_t size_bound = 0;  // >= the object's size, <= 1.125x of it
+  uint64_t offset = 0;      // bytes from the pool start
+};
+// REQUIRES: offset % kObjectAlign == 0, 0 < offset < kMaxPoolBytes.
+uint64_t EncodeSlot(uint8_t fingerprint, uint64_t object_bytes,
+                    uint64_t offset);
+// REQUIRES: word != 0.
+Slot DecodeSlot(uint64_t word);
+// Size bound a slot records for an object of `object_bytes`.
+uint64_t SlotSizeBound(uint64_t object_bytes);
+
+struct ObjectHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t flags;
+  uint32_t key_length;
+  uint32_t reserved;
+  uint64_t value_length;
+  uint64_t key_hash_lo;
+  uint64_t key_hash_hi;
+  uint64_t incarnation;  // the node's; a restarted node's objects differ
+  uint64_t sequence;     // writer's sequence number, for diagnostics
+  uint64_t header_checksum;  // XXH3-64 of the 56 bytes above
+};
+static_assert(sizeof(ObjectHeader) == kObjectHeaderBytes);
+
+uint64_t DigestCount(uint64_t value_length);
+// Total bytes of an object, padded to kObjectAlign.
+uint64_t ObjectBytes(uint64_t key_length, uint64_t value_length);
+// Byte offset of the value inside an object.
+uint64_t ValueOffset(uint64_t key_length);
+
+// Writes a complete object into `dst` (REQUIRES: dst.size() >=
+// ObjectBytes(key.size(), value.size())).
+void EncodeObject(absl::Span<char> dst, absl::string_view key,
+                  absl::string_view value, uint64_t incarnation,
+                  uint64_t sequence);
+
+// Checks bytes read from a slot's offset against the key the reader wants.
+//   OK -> *value points into `bytes`.
+//   NotFound -> a different key lives there (fingerprint collision).
+//   Aborted -> torn, reused, or from another incarnation: re-read the index.
+//   OutOfRange -> `bytes` is shorter than the object (should not happen with
+//                 the slot's size bound).
+absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
+                          const KeyHash& hash, uint64_t incarnation,
+                          absl::string_view* value);
+
+}  // namespace meshpool::store
+
+#endif  // MESHPOOL_STORE_LAYOUT_H_
