@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/common.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -182,13 +183,16 @@ void EncodeObject(absl::Span<char> dst, absl::string_view key,
   std::memset(p + end, 0, total - end);
 }
 
-absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
-                          const KeyHash& hash, uint64_t incarnation,
-                          absl::string_view* value) {
+namespace {
+
+// Shared by both verifiers: header sanity, incarnation, key identity.
+absl::Status CheckHeaderAndKey(absl::Span<const char> bytes,
+                               absl::string_view key, const KeyHash& hash,
+                               uint64_t incarnation, ObjectHeader* header) {
   if (bytes.size() < kObjectHeaderBytes) {
     return absl::OutOfRangeError("object read shorter than its header");
   }
-  ObjectHeader h;
+  ObjectHeader& h = *header;
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.magic != kObjectMagic || h.version != kFormatVersion ||
       h.header_checksum != HeaderChecksum(h)) {
@@ -201,13 +205,33 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
       h.key_length != key.size()) {
     return absl::NotFoundError("slot holds a different key");
   }
-  uint64_t total = ObjectBytes(h.key_length, h.value_length);
-  if (total > bytes.size()) {
-    return absl::OutOfRangeError("object read shorter than the object");
+  if (bytes.size() < kObjectHeaderBytes + key.size()) {
+    return absl::OutOfRangeError("object read shorter than its key");
   }
   if (std::memcmp(bytes.data() + kObjectHeaderBytes, key.data(), key.size()) !=
       0) {
     return absl::NotFoundError("slot holds a different key with same hash");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
+                                absl::string_view key, const KeyHash& hash,
+                                uint64_t incarnation) {
+  ObjectHeader h;
+  return CheckHeaderAndKey(bytes, key, hash, incarnation, &h);
+}
+
+absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
+                          const KeyHash& hash, uint64_t incarnation,
+                          absl::string_view* value) {
+  ObjectHeader h;
+  MESHPOOL_RETURN_IF_ERROR(CheckHeaderAndKey(bytes, key, hash, incarnation, &h));
+  if (h.value_length > bytes.size() ||
+      ObjectBytes(h.key_length, h.value_length) > bytes.size()) {
+    return absl::OutOfRangeError("object read shorter than the object");
   }
   const char* v = bytes.data() + ValueOffset(h.key_length);
   uint64_t digest_off = ValueOffset(h.key_length) + RoundUp(h.value_length, 8);

@@ -159,6 +159,15 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
                           const KeyHash& hash, uint64_t incarnation,
                           absl::string_view* value);
 
+// Checks only the header and key of an object (`bytes` holds at least
+// ValueOffset(key.size()) bytes from its start): OK when it is a published
+// object of `key`; NotFound for another key; Aborted when torn or from
+// another incarnation. Enough to decide which slot holds a key, since
+// objects are complete before they are published.
+absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
+                                absl::string_view key, const KeyHash& hash,
+                                uint64_t incarnation);
+
 }  // namespace meshpool::store
 
 #endif  // MESHPOOL_STORE_LAYOUT_H_

@@ -1,0 +1,460 @@
+#include "client/meshpool/client.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/kv_protocol.h"
+#include "client/node_connection.h"
+#include "common/common.h"
+#include "placement/placement.h"
+#include "rdma/rdma.h"
+
+namespace meshpool {
+
+using client_internal::KeyRef;
+using client_internal::NodeConnection;
+
+namespace {
+
+class RegisteredBufferImpl : public Client::RegisteredBuffer {
+ public:
+  RegisteredBufferImpl(void* addr, size_t length,
+                       std::vector<std::unique_ptr<rdma::MemoryRegion>> regions)
+      : span_(static_cast<char*>(addr), length), regions_(std::move(regions)) {}
+  absl::Span<char> span() const override { return span_; }
+
+ private:
+  absl::Span<char> span_;
+  std::vector<std::unique_ptr<rdma::MemoryRegion>> regions_;
+};
+
+std::string NewClientId() {
+  std::random_device rd;
+  return absl::StrCat("client-", absl::Hex(rd()), absl::Hex(rd()));
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options)
+      : options_(std::move(options)), client_id_(NewClientId()) {}
+
+  absl::Status Start() {
+    MESHPOOL_ASSIGN_OR_RETURN(
+        coordinator_, placement::CoordinatorClient::Connect(
+                          options_.coordinator, options_.connect_timeout));
+    MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map,
+                              coordinator_->GetClusterMap());
+    OnMap(map);
+    MESHPOOL_ASSIGN_OR_RETURN(
+        watch_, coordinator_->WatchClusterMap(
+                    map.epoch(),
+                    [this](const proto::ClusterMap& m) { OnMap(m); }));
+    return absl::OkStatus();
+  }
+
+  // Routes `key` to its home node's connection.
+  absl::StatusOr<std::shared_ptr<NodeConnection>> Route(const KeyRef& key) {
+    std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
+    int home = placement::HomeNode(*map, key.hash.lo, key.hash.hi);
+    if (home < 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "no live memory node in cluster map epoch ", map->epoch(),
+          "; start one with `meshpool node --coordinator ",
+          options_.coordinator, "`"));
+    }
+    return Connection(map->nodes(home).info());
+  }
+
+  // Runs `op` on the key's home node; after an Unavailable, refreshes the
+  // map once and retries if the key's home changed (a node died or joined).
+  template <typename Result, typename Op>
+  Result OnHome(const KeyRef& key, Op op) {
+    absl::StatusOr<std::shared_ptr<NodeConnection>> node = Route(key);
+    if (!node.ok()) return node.status();
+    Result result = op(**node);
+    if (result.ok() ||
+        StatusOf(result).code() != absl::StatusCode::kUnavailable) {
+      return result;
+    }
+    if (!RefreshMap().ok()) return result;
+    absl::StatusOr<std::shared_ptr<NodeConnection>> again = Route(key);
+    if (!again.ok()) return again.status();
+    if (*again == *node) return result;
+    return op(**again);
+  }
+
+  // Groups key indices by home node; keys that cannot be routed get their
+  // error in `fail`.
+  template <typename Fail>
+  std::vector<std::pair<std::shared_ptr<NodeConnection>, std::vector<size_t>>>
+  GroupByNode(absl::Span<const KeyRef> keys, Fail fail) {
+    std::vector<std::pair<std::shared_ptr<NodeConnection>, std::vector<size_t>>>
+        groups;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      absl::StatusOr<std::shared_ptr<NodeConnection>> node = Route(keys[i]);
+      if (!node.ok()) {
+        fail(i, node.status());
+        continue;
+      }
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.first == *node; });
+      if (it == groups.end()) {
+        groups.push_back({*node, {}});
+        it = groups.end() - 1;
+      }
+      it->second.push_back(i);
+    }
+    return groups;
+  }
+
+  absl::Status RefreshMap() {
+    MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map,
+                              coordinator_->GetClusterMap());
+    OnMap(map);
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const proto::ClusterMap> CurrentMap() {
+    absl::MutexLock lock(&mu_);
+    return map_;
+  }
+
+  absl::StatusOr<std::unique_ptr<RegisteredBuffer>> Register(void* addr,
+                                                             size_t length) {
+    if (addr == nullptr || length == 0) {
+      return absl::InvalidArgumentError(
+          "RegisterBuffer needs a non-null, non-empty range");
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport,
+                              TransportFor(options_.transport ? "" : "tcp://"));
+    std::vector<std::unique_ptr<rdma::MemoryRegion>> regions;
+    MESHPOOL_ASSIGN_OR_RETURN(auto region,
+                              transport->RegisterMemory(addr, length));
+    regions.push_back(std::move(region));
+    return std::unique_ptr<RegisteredBuffer>(
+        new RegisteredBufferImpl(addr, length, std::move(regions)));
+  }
+
+  uint64_t NextSequence(uint64_t n = 1) { return sequence_.fetch_add(n); }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  static absl::Status StatusOf(const absl::Status& s) { return s; }
+  template <typename T>
+  static absl::Status StatusOf(const absl::StatusOr<T>& s) {
+    return s.status();
+  }
+
+  void OnMap(const proto::ClusterMap& map) {
+    absl::MutexLock lock(&mu_);
+    if (map_ && map.epoch() <= map_->epoch()) return;
+    map_ = std::make_shared<const proto::ClusterMap>(map);
+    // Forget connections to nodes that died or restarted.
+    absl::flat_hash_map<std::string, bool> alive;
+    for (const proto::NodeEntry& e : map.nodes()) {
+      if (e.state() == proto::NODE_ALIVE) alive[ConnKey(e.info())] = true;
+    }
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!alive.contains(it->first)) {
+        connections_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  static std::string ConnKey(const proto::NodeInfo& info) {
+    return absl::StrCat(info.node_id(), "/", info.incarnation());
+  }
+
+ public:
+  absl::StatusOr<std::shared_ptr<NodeConnection>> Connection(
+      const proto::NodeInfo& info) {
+    std::string key = ConnKey(info);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = connections_.find(key);
+      if (it != connections_.end()) return it->second;
+    }
+    absl::string_view address = info.transport_addresses().empty()
+                                    ? absl::string_view()
+                                    : info.transport_addresses(0);
+    MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport,
+                              TransportFor(address));
+    client_internal::ConnectionOptions copts;
+    copts.client_id = client_id_;
+    copts.connect_timeout = options_.connect_timeout;
+    copts.op_timeout = options_.op_timeout;
+    MESHPOOL_ASSIGN_OR_RETURN(
+        std::shared_ptr<NodeConnection> conn,
+        NodeConnection::Create(info, *transport, copts));
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = connections_.emplace(key, conn);
+    return it->second;
+  }
+
+
+ private:
+  absl::StatusOr<rdma::Transport*> TransportFor(absl::string_view address) {
+    if (options_.transport) return options_.transport.get();
+    if (!absl::StartsWith(address, "tcp://")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node transport address '", address,
+          "' uses a transport this client does not support (have: tcp)"));
+    }
+    absl::MutexLock lock(&mu_);
+    if (!tcp_) {
+      MESHPOOL_ASSIGN_OR_RETURN(tcp_, rdma::CreateTcpTransport());
+    }
+    return tcp_.get();
+  }
+
+  const ClientOptions options_;
+  const std::string client_id_;
+  std::atomic<uint64_t> sequence_{1};
+  std::unique_ptr<placement::CoordinatorClient> coordinator_;
+  absl::Mutex mu_;
+  std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
+  // Connections go before the transport they use.
+  absl::flat_hash_map<std::string, std::shared_ptr<NodeConnection>>
+      connections_ ABSL_GUARDED_BY(mu_);
+  // Stops first: no map callback runs into a half-destroyed client.
+  std::unique_ptr<placement::CoordinatorClient::Watch> watch_;
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.coordinator.empty()) {
+    const char* env = std::getenv("MESHPOOL_COORDINATOR");
+    if (env == nullptr || *env == '\0') {
+      return absl::InvalidArgumentError(
+          "no coordinator: pass --coordinator HOST:PORT or set "
+          "MESHPOOL_COORDINATOR (`meshpool up` prints the address)");
+    }
+    options.coordinator = env;
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  MESHPOOL_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>>
+Client::RegisterBuffer(void* addr, size_t length) {
+  return impl_->Register(addr, length);
+}
+
+absl::Status Client::Put(absl::string_view key, absl::string_view value) {
+  MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
+  KeyRef ref = client_internal::MakeKeyRef(key);
+  uint64_t seq = impl_->NextSequence();
+  return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
+    return client_internal::PutValue(node, ref, value, seq);
+  });
+}
+
+absl::StatusOr<size_t> Client::Get(absl::string_view key,
+                                   absl::Span<char> out) {
+  MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
+  KeyRef ref = client_internal::MakeKeyRef(key);
+  return impl_->OnHome<absl::StatusOr<size_t>>(
+      ref, [&](NodeConnection& node) -> absl::StatusOr<size_t> {
+        size_t length = 0;
+        MESHPOOL_RETURN_IF_ERROR(client_internal::GetValue(
+            node, ref, impl_->options().max_verify_retries,
+            [&](absl::string_view value) {
+              return client_internal::CopyValueTo(value, out, &length);
+            }));
+        return length;
+      });
+}
+
+absl::StatusOr<std::string> Client::Get(absl::string_view key) {
+  MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
+  KeyRef ref = client_internal::MakeKeyRef(key);
+  return impl_->OnHome<absl::StatusOr<std::string>>(
+      ref, [&](NodeConnection& node) -> absl::StatusOr<std::string> {
+        std::string result;
+        MESHPOOL_RETURN_IF_ERROR(client_internal::GetValue(
+            node, ref, impl_->options().max_verify_retries,
+            [&](absl::string_view value) {
+              result.assign(value.data(), value.size());
+              return absl::OkStatus();
+            }));
+        return result;
+      });
+}
+
+absl::Status Client::Delete(absl::string_view key) {
+  MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
+  KeyRef ref = client_internal::MakeKeyRef(key);
+  return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
+    return client_internal::DeleteKey(node, ref,
+                                      impl_->options().max_verify_retries);
+  });
+}
+
+absl::StatusOr<bool> Client::Exists(absl::string_view key) {
+  MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
+  KeyRef ref = client_internal::MakeKeyRef(key);
+  return impl_->OnHome<absl::StatusOr<bool>>(ref, [&](NodeConnection& node) {
+    return client_internal::KeyExists(node, ref,
+                                      impl_->options().max_verify_retries);
+  });
+}
+
+namespace {
+
+// Validates keys; returns refs for all (invalid ones flagged in `ok`).
+std::vector<KeyRef> PrepareKeys(absl::Span<const absl::string_view> keys,
+                                std::vector<absl::Status>& errors) {
+  std::vector<KeyRef> refs;
+  refs.reserve(keys.size());
+  errors.assign(keys.size(), absl::OkStatus());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    errors[i] = client_internal::ValidateKey(keys[i]);
+    refs.push_back(client_internal::MakeKeyRef(keys[i]));
+  }
+  return refs;
+}
+
+absl::Status SizeMismatch(size_t keys, size_t others, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "batch has ", keys, " keys but ", others, " ", what,
+      "; pass one per key"));
+}
+
+}  // namespace
+
+std::vector<absl::Status> Client::BatchPut(
+    absl::Span<const absl::string_view> keys,
+    absl::Span<const absl::string_view> values) {
+  if (keys.size() != values.size()) {
+    return std::vector<absl::Status>(
+        keys.size(), SizeMismatch(keys.size(), values.size(), "values"));
+  }
+  std::vector<absl::Status> results;
+  std::vector<KeyRef> refs = PrepareKeys(keys, results);
+  std::vector<KeyRef> valid;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (results[i].ok()) {
+      valid.push_back(refs[i]);
+      index.push_back(i);
+    }
+  }
+  auto groups = impl_->GroupByNode(
+      valid, [&](size_t i, absl::Status s) { results[index[i]] = s; });
+  for (auto& [node, members] : groups) {
+    std::vector<KeyRef> k;
+    std::vector<absl::string_view> v;
+    for (size_t m : members) {
+      k.push_back(valid[m]);
+      v.push_back(values[index[m]]);
+    }
+    std::vector<absl::Status> out(k.size());
+    client_internal::BatchPutValues(*node, k, v,
+                                    impl_->NextSequence(k.size()),
+                                    absl::MakeSpan(out));
+    for (size_t j = 0; j < members.size(); ++j) results[index[members[j]]] = out[j];
+  }
+  return results;
+}
+
+std::vector<absl::StatusOr<size_t>> Client::BatchGet(
+    absl::Span<const absl::string_view> keys,
+    absl::Span<const absl::Span<char>> outs) {
+  std::vector<absl::StatusOr<size_t>> results(keys.size());
+  if (keys.size() != outs.size()) {
+    for (auto& r : results) r = SizeMismatch(keys.size(), outs.size(), "buffers");
+    return results;
+  }
+  std::vector<absl::Status> errors;
+  std::vector<KeyRef> refs = PrepareKeys(keys, errors);
+  std::vector<KeyRef> valid;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (errors[i].ok()) {
+      valid.push_back(refs[i]);
+      index.push_back(i);
+    } else {
+      results[i] = errors[i];
+    }
+  }
+  auto groups = impl_->GroupByNode(
+      valid, [&](size_t i, absl::Status s) { results[index[i]] = s; });
+  for (auto& [node, members] : groups) {
+    std::vector<KeyRef> k;
+    std::vector<absl::Span<char>> o;
+    for (size_t m : members) {
+      k.push_back(valid[m]);
+      o.push_back(outs[index[m]]);
+    }
+    std::vector<absl::StatusOr<size_t>> out(k.size());
+    client_internal::BatchGetValues(*node, k, o,
+                                    impl_->options().max_verify_retries,
+                                    absl::MakeSpan(out));
+    for (size_t j = 0; j < members.size(); ++j) results[index[members[j]]] = out[j];
+  }
+  return results;
+}
+
+std::vector<absl::StatusOr<bool>> Client::BatchExists(
+    absl::Span<const absl::string_view> keys) {
+  std::vector<absl::StatusOr<bool>> results;
+  results.reserve(keys.size());
+  for (absl::string_view key : keys) results.push_back(Exists(key));
+  return results;
+}
+
+absl::StatusOr<ClusterStatus> Client::Status() {
+  MESHPOOL_RETURN_IF_ERROR(impl_->RefreshMap());
+  std::shared_ptr<const proto::ClusterMap> map = impl_->CurrentMap();
+  ClusterStatus status;
+  status.epoch = map->epoch();
+  for (const proto::NodeEntry& e : map->nodes()) {
+    NodeStatus n;
+    n.node_id = e.info().node_id();
+    n.alive = e.state() == proto::NODE_ALIVE;
+    n.control_address = e.info().control_address();
+    if (!e.info().transport_addresses().empty()) {
+      n.transport_address = e.info().transport_addresses(0);
+    }
+    proto::NodeStats stats = e.stats();
+    if (n.alive) {
+      absl::StatusOr<std::shared_ptr<NodeConnection>> conn =
+          impl_->Connection(e.info());
+      absl::StatusOr<proto::NodeStats> fresh =
+          conn.ok() ? (*conn)->GetStats() : conn.status();
+      if (fresh.ok()) {
+        stats = *fresh;
+      } else {
+        n.error = std::string(fresh.status().message());
+      }
+    }
+    n.capacity_bytes = e.info().capacity_bytes();
+    n.used_bytes = stats.used_bytes();
+    n.objects = stats.objects();
+    n.slabs_total = stats.slabs_total();
+    n.slabs_free = stats.slabs_free();
+    status.nodes.push_back(std::move(n));
+  }
+  return status;
+}
+
+uint64_t Client::map_epoch() const {
+  std::shared_ptr<const proto::ClusterMap> map = impl_->CurrentMap();
+  return map ? map->epoch() : 0;
+}
+
+}  // namespace meshpool

@@ -1,0 +1,81 @@
+// The one-sided key-value protocols on one memory node (DESIGN §4,
+// docs/ARCHITECTURE.md "GET and PUT"):
+//
+//   GET    READ both index buckets; READ every slot whose fingerprint
+//          matches; verify header, key and digests; re-read the index on a
+//          torn or reused object (bounded, then DataLoss).
+//   PUT    encode the object in a staging buffer; WRITE it into our slab and
+//          READ its last word back on the same lane (flush); READ the
+//          buckets; CAS the slot holding the key (or an empty one) from the
+//          value we saw to the new object; retry the CAS step on a race.
+//   DELETE CAS every slot holding the key to 0.
+//
+// Functions are thread-safe as long as the NodeConnection is; each takes a
+// lane for its duration.
+#ifndef MESHPOOL_CLIENT_KV_PROTOCOL_H_
+#define MESHPOOL_CLIENT_KV_PROTOCOL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "client/node_connection.h"
+#include "store/layout.h"
+
+namespace meshpool::client_internal {
+
+struct KeyRef {
+  absl::string_view key;
+  store::KeyHash hash;
+};
+// InvalidArgument for an empty key or one over kMaxKeyBytes.
+absl::Status ValidateKey(absl::string_view key);
+inline KeyRef MakeKeyRef(absl::string_view key) {
+  return {key, store::HashKey(key)};
+}
+
+// Receives a verified value; the view is valid only during the call.
+using ValueSink = absl::FunctionRef<absl::Status(absl::string_view value)>;
+
+// NotFound, Unavailable (node unreachable), DataLoss (never verified), or
+// whatever `sink` returns.
+absl::Status GetValue(NodeConnection& node, const KeyRef& key,
+                      int max_verify_retries, ValueSink sink);
+
+// InvalidArgument (too large for a slab), ResourceExhausted (pool or the
+// key's buckets full), Unavailable.
+absl::Status PutValue(NodeConnection& node, const KeyRef& key,
+                      absl::string_view value, uint64_t sequence);
+
+// NotFound if no slot held the key.
+absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
+                       int max_verify_retries);
+
+absl::StatusOr<bool> KeyExists(NodeConnection& node, const KeyRef& key,
+                               int max_verify_retries);
+
+// Batched forms on one node: bucket reads for all keys in one post, object
+// reads for all keys in the next; keys that need more fall back to the
+// single-key protocol. `results` has one entry per key.
+void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
+                    absl::Span<const absl::Span<char>> outs,
+                    int max_verify_retries,
+                    absl::Span<absl::StatusOr<size_t>> results);
+// Objects for all keys are written in one post (one flush); each is then
+// published with its own CAS.
+void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
+                    absl::Span<const absl::string_view> values,
+                    uint64_t first_sequence,
+                    absl::Span<absl::Status> results);
+
+// Copies a value into `out`: OutOfRange naming the needed size when short.
+absl::Status CopyValueTo(absl::string_view value, absl::Span<char> out,
+                         size_t* length);
+
+}  // namespace meshpool::client_internal
+
+#endif  // MESHPOOL_CLIENT_KV_PROTOCOL_H_

@@ -1,0 +1,196 @@
+#include "client/node_connection.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+
+namespace meshpool::client_internal {
+namespace {
+
+// A client publishes into a slab only during the first part of its lease:
+// the node seals it at lease end plus its own margin, and the rest covers a
+// CAS still in flight.
+constexpr int kPublishPercentOfLease = 75;
+// A slab with less than this share of its publish window left is not used
+// for new objects (the write might outlast the window).
+constexpr int kMinRemainingPercent = 25;
+static_assert(kMinRemainingPercent < kPublishPercentOfLease);
+// Staging buffers grow in steps of this many bytes at least.
+constexpr size_t kMinStagingBytes = 64 << 10;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(rdma::Transport& transport,
+                                                   absl::string_view address) {
+  MESHPOOL_ASSIGN_OR_RETURN(auto endpoint, transport.Connect(address, nullptr));
+  return std::unique_ptr<Lane>(new Lane(transport, std::move(endpoint)));
+}
+
+absl::StatusOr<absl::Span<char>> Lane::Staging(size_t bytes) {
+  if (bytes > buffer_bytes_) {
+    size_t size = std::max(bytes, std::max(kMinStagingBytes, 2 * buffer_bytes_));
+    region_.reset();
+    buffer_.reset(new (std::nothrow) char[size]);
+    if (!buffer_) {
+      buffer_bytes_ = 0;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate a ", FormatSize(size),
+                       " staging buffer; use smaller values"));
+    }
+    buffer_bytes_ = size;
+    MESHPOOL_ASSIGN_OR_RETURN(region_,
+                              transport_.RegisterMemory(buffer_.get(), size));
+  }
+  return absl::Span<char>(buffer_.get(), bytes);
+}
+
+NodeConnection::LaneLease::~LaneLease() {
+  if (lane_ && lane_->endpoint().healthy()) owner_->ReturnLane(std::move(lane_));
+}
+
+NodeConnection::NodeConnection(const proto::NodeInfo& info,
+                               rdma::Transport& transport,
+                               const ConnectionOptions& options)
+    : info_(info),
+      transport_(transport),
+      options_(options),
+      read_lease_(absl::Milliseconds(info.max_read_lease_ms())) {}
+
+NodeConnection::~NodeConnection() {
+  absl::MutexLock lock(&slab_mu_);
+  if (!has_slab_) return;
+  // Seal our slab now rather than at lease end; best effort.
+  proto::ReleaseSlabRequest request;
+  request.set_client_id(options_.client_id);
+  request.set_slab(slab_);
+  proto::ReleaseSlabReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  (void)stub_->ReleaseSlab(&ctx, request, &reply);
+}
+
+absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
+    const proto::NodeInfo& info, rdma::Transport& transport,
+    const ConnectionOptions& options) {
+  if (info.transport_addresses().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", info.node_id(), " registered no transport address"));
+  }
+  std::shared_ptr<NodeConnection> conn(
+      new NodeConnection(info, transport, options));
+  const proto::PoolLayout& l = info.layout();
+  conn->layout_ = store::PoolLayout{l.pool_bytes(),       l.index_offset(),
+                                    l.bucket_count(),     l.slab_area_offset(),
+                                    l.slab_bytes(),       l.slab_count()};
+  if (conn->layout_.bucket_count == 0 || conn->layout_.slab_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", info.node_id(), " registered an empty pool layout"));
+  }
+  conn->stub_ = proto::Node::NewStub(grpc::CreateChannel(
+      info.control_address(), grpc::InsecureChannelCredentials()));
+  return conn;
+}
+
+std::string NodeConnection::Describe() const {
+  return absl::StrCat("node ", info_.node_id(), " (",
+                      info_.transport_addresses(0), ")");
+}
+
+absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
+  {
+    absl::MutexLock lock(&lanes_mu_);
+    if (!idle_lanes_.empty()) {
+      std::unique_ptr<Lane> lane = std::move(idle_lanes_.back());
+      idle_lanes_.pop_back();
+      return LaneLease(this, std::move(lane));
+    }
+  }
+  auto lane = Lane::Create(transport_, info_.transport_addresses(0));
+  if (!lane.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to ", Describe(), ": ", lane.status().message(),
+        "; the node may have died: retry once the cluster map updates"));
+  }
+  return LaneLease(this, *std::move(lane));
+}
+
+void NodeConnection::ReturnLane(std::unique_ptr<Lane> lane) {
+  absl::MutexLock lock(&lanes_mu_);
+  idle_lanes_.push_back(std::move(lane));
+}
+
+grpc::ClientContext* NodeConnection::NewContext(grpc::ClientContext& ctx) const {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.connect_timeout));
+  return &ctx;
+}
+
+absl::Status NodeConnection::GrantSlabLocked() {
+  if (has_slab_) {
+    proto::ReleaseSlabRequest release;
+    release.set_client_id(options_.client_id);
+    release.set_slab(slab_);
+    proto::ReleaseSlabReply released;
+    grpc::ClientContext ctx;
+    // Best effort: the lease ends on its own anyway.
+    (void)stub_->ReleaseSlab(NewContext(ctx), release, &released);
+    has_slab_ = false;
+  }
+  proto::GrantSlabRequest request;
+  request.set_client_id(options_.client_id);
+  request.set_incarnation(info_.incarnation());
+  proto::GrantSlabReply reply;
+  grpc::ClientContext ctx;
+  absl::Time sent = absl::Now();
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->GrantSlab(NewContext(ctx), request, &reply),
+               absl::StrCat("slab grant from ", Describe())));
+  if (reply.offset() < layout_.slab_area_offset ||
+      reply.offset() + reply.length() > layout_.pool_bytes) {
+    return absl::InternalError(absl::StrCat(Describe(),
+                                            " granted a slab outside its pool"));
+  }
+  has_slab_ = true;
+  slab_ = reply.slab();
+  slab_cursor_ = reply.offset();
+  slab_end_ = reply.offset() + reply.length();
+  // Measured from when we asked: the node's lease started after that.
+  slab_window_ =
+      absl::Milliseconds(reply.lease_ms()) * kPublishPercentOfLease / 100;
+  slab_deadline_ = sent + slab_window_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
+    uint64_t bytes) {
+  if (bytes > layout_.slab_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "object of ", bytes, " bytes exceeds the largest object ", Describe(),
+        " holds (its slab size, ", layout_.slab_bytes,
+        " bytes); split the value or start nodes with a larger --slab-size"));
+  }
+  absl::MutexLock lock(&slab_mu_);
+  absl::Time now = absl::Now();
+  bool fits = has_slab_ && slab_cursor_ + bytes <= slab_end_;
+  bool window_left =
+      has_slab_ && (slab_deadline_ - now) * 100 >
+                       slab_window_ * kMinRemainingPercent;
+  if (!fits || !window_left) {
+    MESHPOOL_RETURN_IF_ERROR(GrantSlabLocked());
+  }
+  Allocation a{slab_cursor_, slab_deadline_};
+  slab_cursor_ += bytes;
+  return a;
+}
+
+absl::StatusOr<proto::NodeStats> NodeConnection::GetStats() {
+  proto::GetStatsRequest request;
+  proto::NodeStats stats;
+  grpc::ClientContext ctx;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->GetStats(NewContext(ctx), request, &stats),
+               absl::StrCat("stats from ", Describe())));
+  return stats;
+}
+
+}  // namespace meshpool::client_internal

@@ -1,0 +1,137 @@
+// NodeConnection: everything one client holds for one memory node — the
+// node's registration (layout, pool region, incarnation), a pool of data
+// lanes (transport endpoints with registered staging buffers), the slab the
+// client is currently carving objects out of, and a thin stub of the node's
+// control service (slab grants, stats).
+//
+// Thread-safe. Lanes are used by one thread at a time (LaneLease).
+#ifndef MESHPOOL_CLIENT_NODE_CONNECTION_H_
+#define MESHPOOL_CLIENT_NODE_CONNECTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/proto.h"
+#include "rdma/rdma.h"
+#include "store/layout.h"
+
+namespace meshpool::client_internal {
+
+// One endpoint plus a staging buffer registered with the same transport.
+class Lane {
+ public:
+  static absl::StatusOr<std::unique_ptr<Lane>> Create(
+      rdma::Transport& transport, absl::string_view address);
+
+  rdma::Endpoint& endpoint() { return *endpoint_; }
+  // A registered staging area of at least `bytes` (grown on demand; earlier
+  // spans are invalidated by growth). ResourceExhausted if it cannot grow.
+  absl::StatusOr<absl::Span<char>> Staging(size_t bytes);
+  uint32_t staging_lkey() const { return region_ ? region_->lkey() : 0; }
+
+ private:
+  Lane(rdma::Transport& transport, std::unique_ptr<rdma::Endpoint> endpoint)
+      : transport_(transport), endpoint_(std::move(endpoint)) {}
+  rdma::Transport& transport_;
+  std::unique_ptr<rdma::Endpoint> endpoint_;
+  // The region is dropped before the buffer it covers.
+  std::unique_ptr<char[]> buffer_;
+  size_t buffer_bytes_ = 0;
+  std::unique_ptr<rdma::MemoryRegion> region_;
+};
+
+struct ConnectionOptions {
+  std::string client_id;
+  absl::Duration connect_timeout = absl::Seconds(3);
+  absl::Duration op_timeout = absl::Seconds(5);
+};
+
+class NodeConnection {
+ public:
+  // REQUIRES: `transport` outlives the connection.
+  static absl::StatusOr<std::shared_ptr<NodeConnection>> Create(
+      const proto::NodeInfo& info, rdma::Transport& transport,
+      const ConnectionOptions& options);
+  ~NodeConnection();
+
+  const proto::NodeInfo& info() const { return info_; }
+  const store::PoolLayout& layout() const { return layout_; }
+  uint64_t incarnation() const { return info_.incarnation(); }
+  uint64_t pool_addr() const { return info_.pool().addr(); }
+  uint32_t pool_rkey() const { return info_.pool().rkey(); }
+  absl::Duration read_lease() const { return read_lease_; }
+  absl::Duration op_timeout() const { return options_.op_timeout; }
+  // Largest object a slab can hold.
+  uint64_t max_object_bytes() const { return layout_.slab_bytes; }
+
+  // A lane checked out for one operation; returned to the pool on
+  // destruction unless Discard()ed (after a transport error).
+  class LaneLease {
+   public:
+    LaneLease(NodeConnection* owner, std::unique_ptr<Lane> lane)
+        : owner_(owner), lane_(std::move(lane)) {}
+    LaneLease(LaneLease&&) = default;
+    ~LaneLease();
+    Lane* operator->() { return lane_.get(); }
+    Lane& operator*() { return *lane_; }
+    void Discard() { lane_.reset(); }
+
+   private:
+    NodeConnection* owner_;
+    std::unique_ptr<Lane> lane_;
+  };
+  // Unavailable when the node cannot be reached (it may have died).
+  absl::StatusOr<LaneLease> AcquireLane();
+
+  // Space for one object in a slab leased from this node.
+  struct Allocation {
+    uint64_t offset = 0;           // from the pool start
+    absl::Time publish_deadline;   // publish (CAS) only before this
+  };
+  // Carves `bytes` (a multiple of kObjectAlign) out of the current slab,
+  // asking the node for a new slab when it is full or its lease is ending.
+  // ResourceExhausted when the node has no free slab; Unavailable when it
+  // cannot be reached; FailedPrecondition when it restarted.
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes);
+
+  absl::StatusOr<proto::NodeStats> GetStats();
+
+  // Where `what` failed, for error messages ("node-1 (tcp://...)").
+  std::string Describe() const;
+
+ private:
+  NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
+                 const ConnectionOptions& options);
+  void ReturnLane(std::unique_ptr<Lane> lane);
+  absl::Status GrantSlabLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
+  grpc::ClientContext* NewContext(grpc::ClientContext& ctx) const;
+
+  const proto::NodeInfo info_;
+  store::PoolLayout layout_;
+  rdma::Transport& transport_;
+  const ConnectionOptions options_;
+  const absl::Duration read_lease_;
+  std::unique_ptr<proto::Node::Stub> stub_;
+
+  absl::Mutex lanes_mu_;
+  std::vector<std::unique_ptr<Lane>> idle_lanes_ ABSL_GUARDED_BY(lanes_mu_);
+
+  absl::Mutex slab_mu_;
+  bool has_slab_ ABSL_GUARDED_BY(slab_mu_) = false;
+  uint64_t slab_ ABSL_GUARDED_BY(slab_mu_) = 0;
+  uint64_t slab_cursor_ ABSL_GUARDED_BY(slab_mu_) = 0;
+  uint64_t slab_end_ ABSL_GUARDED_BY(slab_mu_) = 0;
+  absl::Time slab_deadline_ ABSL_GUARDED_BY(slab_mu_);
+  absl::Duration slab_window_ ABSL_GUARDED_BY(slab_mu_);
+};
+
+}  // namespace meshpool::client_internal
+
+#endif  // MESHPOOL_CLIENT_NODE_CONNECTION_H_

@@ -1,0 +1,242 @@
+// Client subcommands: put, get, del, stat, bench.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/common.h"
+#include "meshpool/client.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/workload.h"
+
+namespace meshpool::tools {
+namespace {
+
+void DefineCoordinatorFlag(Flags& flags) {
+  flags.Define("coordinator", "",
+               "coordinator HOST:PORT (default: $MESHPOOL_COORDINATOR)");
+}
+
+// Parses and connects; on failure returns the exit status in *rc.
+std::unique_ptr<Client> Open(Flags& flags, int argc, char** argv,
+                             const char* command, size_t min_positional,
+                             size_t max_positional, int* rc) {
+  absl::Status s = flags.Parse(argc, argv);
+  if (!s.ok()) {
+    *rc = Fail(command, s);
+    return nullptr;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    *rc = 0;
+    return nullptr;
+  }
+  size_t n = flags.positional().size();
+  if (n < min_positional || n > max_positional) {
+    *rc = Fail(command, absl::InvalidArgumentError(
+                            absl::StrCat("wrong number of arguments\n\n",
+                                         flags.Help())));
+    return nullptr;
+  }
+  auto address = CoordinatorAddress(flags);
+  if (!address.ok()) {
+    *rc = Fail(command, address.status());
+    return nullptr;
+  }
+  ClientOptions options;
+  options.coordinator = *address;
+  auto client = Client::Connect(options);
+  if (!client.ok()) {
+    *rc = Fail(command, client.status());
+    return nullptr;
+  }
+  return *std::move(client);
+}
+
+absl::StatusOr<std::string> ReadInput(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+int RunPut(int argc, char** argv) {
+  Flags flags("meshpool put KEY [FILE|-]",
+              "Stores the contents of FILE (or stdin, the default) under KEY.");
+  DefineCoordinatorFlag(flags);
+  int rc = 0;
+  auto client = Open(flags, argc, argv, "put", 1, 2, &rc);
+  if (!client) return rc;
+  const auto& args = flags.positional();
+  auto value = ReadInput(args.size() > 1 ? args[1] : "-");
+  if (!value.ok()) return Fail("put", value.status());
+  absl::Status s = client->Put(args[0], *value);
+  if (!s.ok()) return Fail("put", s);
+  std::fprintf(stderr, "stored %s under '%s'\n",
+               FormatSize(value->size()).c_str(), args[0].c_str());
+  return 0;
+}
+
+int RunGet(int argc, char** argv) {
+  Flags flags("meshpool get KEY [-o FILE]",
+              "Writes the value of KEY to stdout, or to FILE with -o.");
+  DefineCoordinatorFlag(flags);
+  flags.Define("output", "", "write the value to this file instead of stdout");
+  flags.Alias("o", "output");
+  int rc = 0;
+  auto client = Open(flags, argc, argv, "get", 1, 1, &rc);
+  if (!client) return rc;
+  auto value = client->Get(flags.positional()[0]);
+  if (!value.ok()) return Fail("get", value.status());
+  std::string out = flags.Get("output");
+  if (out.empty()) {
+    std::fwrite(value->data(), 1, value->size(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
+  std::ofstream file(out, std::ios::binary | std::ios::trunc);
+  file.write(value->data(), static_cast<std::streamsize>(value->size()));
+  if (!file.good()) {
+    return Fail("get", absl::UnavailableError(
+                           absl::StrCat("cannot write '", out, "'")));
+  }
+  return 0;
+}
+
+int RunDel(int argc, char** argv) {
+  Flags flags("meshpool del KEY", "Deletes KEY.");
+  DefineCoordinatorFlag(flags);
+  int rc = 0;
+  auto client = Open(flags, argc, argv, "del", 1, 1, &rc);
+  if (!client) return rc;
+  absl::Status s = client->Delete(flags.positional()[0]);
+  if (!s.ok()) return Fail("del", s);
+  return 0;
+}
+
+namespace {
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+int RunStat(int argc, char** argv) {
+  Flags flags("meshpool stat [--json]",
+              "Shows the cluster map: nodes, capacity, used bytes, objects.");
+  DefineCoordinatorFlag(flags);
+  flags.DefineBool("json", "print JSON");
+  int rc = 0;
+  auto client = Open(flags, argc, argv, "stat", 0, 0, &rc);
+  if (!client) return rc;
+  auto status = client->Status();
+  if (!status.ok()) return Fail("stat", status.status());
+  if (flags.GetBool("json")) {
+    std::string out = absl::StrCat("{\"epoch\":", status->epoch, ",\"nodes\":[");
+    for (size_t i = 0; i < status->nodes.size(); ++i) {
+      const NodeStatus& n = status->nodes[i];
+      absl::StrAppend(&out, i ? "," : "", "{\"id\":", JsonString(n.node_id),
+                      ",\"alive\":", n.alive ? "true" : "false",
+                      ",\"address\":", JsonString(n.transport_address),
+                      ",\"capacity_bytes\":", n.capacity_bytes,
+                      ",\"used_bytes\":", n.used_bytes,
+                      ",\"objects\":", n.objects,
+                      ",\"slabs_total\":", n.slabs_total,
+                      ",\"slabs_free\":", n.slabs_free,
+                      ",\"error\":", JsonString(n.error), "}");
+    }
+    absl::StrAppend(&out, "]}\n");
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+  uint64_t capacity = 0, used = 0, objects = 0;
+  std::printf("cluster map epoch %llu\n",
+              static_cast<unsigned long long>(status->epoch));
+  std::printf("%-12s %-6s %-24s %10s %10s %10s\n", "NODE", "STATE", "ADDRESS",
+              "CAPACITY", "USED", "OBJECTS");
+  for (const NodeStatus& n : status->nodes) {
+    std::printf("%-12s %-6s %-24s %10s %10s %10llu%s%s\n", n.node_id.c_str(),
+                n.alive ? "alive" : "dead", n.transport_address.c_str(),
+                FormatSize(n.capacity_bytes).c_str(),
+                FormatSize(n.used_bytes).c_str(),
+                static_cast<unsigned long long>(n.objects),
+                n.error.empty() ? "" : "  ! ", n.error.c_str());
+    if (n.alive) {
+      capacity += n.capacity_bytes;
+      used += n.used_bytes;
+      objects += n.objects;
+    }
+  }
+  std::printf("%-12s %-6s %-24s %10s %10s %10llu\n", "total", "", "",
+              FormatSize(capacity).c_str(), FormatSize(used).c_str(),
+              static_cast<unsigned long long>(objects));
+  return 0;
+}
+
+int RunBench(int argc, char** argv) {
+  Flags flags("meshpool bench [--value-size SIZE] [--threads N] [--batch N] "
+              "[--read-fraction F] [--duration D]",
+              "Loads the cluster with GETs and PUTs and prints ops/s, GB/s "
+              "and p50/p99/p999 latency. Every GET is checked byte for byte.");
+  DefineCoordinatorFlag(flags);
+  flags.Define("value-size", "4KiB", "value size");
+  flags.Define("threads", "4", "client threads");
+  flags.Define("batch", "1", "keys per operation (BatchGet/BatchPut)");
+  flags.Define("read-fraction", "0.9", "share of operations that are GETs");
+  flags.Define("duration", "5s", "how long to run");
+  flags.Define("keys", "1000", "key space (written once before timing)");
+  flags.Define("seed", "1", "seed for key choice");
+  int rc = 0;
+  auto client = Open(flags, argc, argv, "bench", 0, 0, &rc);
+  if (!client) return rc;
+  WorkloadOptions w;
+  auto size = flags.GetSize("value-size");
+  auto threads = flags.GetInt("threads");
+  auto batch = flags.GetInt("batch");
+  auto reads = flags.GetDouble("read-fraction");
+  auto duration = flags.GetDuration("duration");
+  auto keys = flags.GetInt("keys");
+  auto seed = flags.GetInt("seed");
+  for (const absl::Status& s :
+       {size.status(), threads.status(), batch.status(), reads.status(),
+        duration.status(), keys.status(), seed.status()}) {
+    if (!s.ok()) return Fail("bench", s);
+  }
+  w.value_bytes = *size;
+  w.threads = static_cast<int>(*threads);
+  w.batch = static_cast<int>(*batch);
+  w.read_fraction = *reads;
+  w.duration = *duration;
+  w.keys = static_cast<uint64_t>(std::max<int64_t>(*keys, 0));
+  w.seed = static_cast<uint64_t>(*seed);
+  std::printf("seed %llu\n", static_cast<unsigned long long>(w.seed));
+  auto result = RunWorkload(*client, w);
+  if (!result.ok()) return Fail("bench", result.status());
+  std::fputs(FormatWorkload(w, *result).c_str(), stdout);
+  return result->errors == 0 && result->corrupt == 0 ? 0 : 1;
+}
+
+}  // namespace meshpool::tools

@@ -1,0 +1,242 @@
+// Server subcommands: coordinator, node, up, demo.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "meshpool/client.h"
+#include "placement/placement.h"
+#include "rdma/rdma.h"
+#include "store/store.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/local_cluster.h"
+#include "tools/workload.h"
+
+namespace meshpool::tools {
+
+int Fail(const char* command, const absl::Status& status) {
+  std::fprintf(stderr, "meshpool %s: %s\n", command,
+               std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+namespace {
+
+// Parses flags; returns -1 to continue, else the exit status to return.
+int ParseOrExit(Flags& flags, int argc, char** argv, const char* command) {
+  absl::Status s = flags.Parse(argc, argv);
+  if (!s.ok()) return Fail(command, s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int RunCoordinator(int argc, char** argv) {
+  Flags flags("meshpool coordinator [--listen HOST:PORT]",
+              "Runs the coordinator: nodes register and heartbeat with it; "
+              "clients fetch and watch the cluster map. Stops on Ctrl-C.");
+  flags.Define("listen", "127.0.0.1:7070", "address to serve on (port 0: any)");
+  flags.Define("heartbeat-interval", "500ms", "how often nodes heartbeat");
+  flags.Define("dead-after", "3s", "declare a silent node dead after this");
+  if (int rc = ParseOrExit(flags, argc, argv, "coordinator"); rc >= 0) return rc;
+  placement::CoordinatorOptions options;
+  options.listen = flags.Get("listen");
+  auto interval = flags.GetDuration("heartbeat-interval");
+  auto dead = flags.GetDuration("dead-after");
+  if (!interval.ok()) return Fail("coordinator", interval.status());
+  if (!dead.ok()) return Fail("coordinator", dead.status());
+  options.heartbeat_interval = *interval;
+  options.dead_after = *dead;
+  BlockStopSignals();
+  auto coordinator = placement::Coordinator::Start(std::move(options));
+  if (!coordinator.ok()) return Fail("coordinator", coordinator.status());
+  // LocalCluster reads this line: keep the address as the last word.
+  std::printf("meshpool coordinator listening on %s\n",
+              (*coordinator)->address().c_str());
+  std::fflush(stdout);
+  WaitForStopSignal();
+  (*coordinator)->Shutdown();
+  return 0;
+}
+
+int RunNode(int argc, char** argv) {
+  Flags flags("meshpool node --coordinator HOST:PORT --capacity SIZE",
+              "Runs a memory node: maps a pool of SIZE bytes, serves it to "
+              "clients over the transport, registers with the coordinator. "
+              "Stops on Ctrl-C.");
+  flags.Define("coordinator", "", "coordinator address (or MESHPOOL_COORDINATOR)");
+  flags.Define("capacity", "1GiB", "pool size, e.g. 512MiB, 8GiB");
+  flags.Define("node-id", "", "node name (default: assigned by the coordinator)");
+  flags.Define("listen", "127.0.0.1:0", "control-plane (gRPC) address");
+  flags.Define("transport", "tcp", "data transport: tcp");
+  flags.Define("bind", "127.0.0.1:0", "data transport address");
+  flags.Define("slab-size", "0", "slab size granted to clients (0: automatic)");
+  flags.Define("index-buckets", "0", "index buckets of 8 slots (0: pool/4KiB)");
+  flags.Define("slab-lease", "10s", "how long a client may fill a granted slab");
+  flags.Define("read-lease", "2s", "longest GET; freed memory waits this long");
+  flags.DefineBool("no-huge-pages", "do not try 2 MiB huge pages");
+  if (int rc = ParseOrExit(flags, argc, argv, "node"); rc >= 0) return rc;
+  store::NodeOptions options;
+  auto coordinator = CoordinatorAddress(flags);
+  if (!coordinator.ok()) return Fail("node", coordinator.status());
+  options.coordinator = *coordinator;
+  auto capacity = flags.GetSize("capacity");
+  auto slab = flags.GetSize("slab-size");
+  auto buckets = flags.GetInt("index-buckets");
+  auto slab_lease = flags.GetDuration("slab-lease");
+  auto read_lease = flags.GetDuration("read-lease");
+  for (const absl::Status& s :
+       {capacity.status(), slab.status(), buckets.status(),
+        slab_lease.status(), read_lease.status()}) {
+    if (!s.ok()) return Fail("node", s);
+  }
+  if (flags.Get("transport") != "tcp") {
+    return Fail("node", absl::InvalidArgumentError(absl::StrCat(
+                            "--transport ", flags.Get("transport"),
+                            " is not available in this build; use tcp")));
+  }
+  options.capacity_bytes = *capacity;
+  options.slab_bytes = *slab;
+  options.bucket_count = static_cast<uint64_t>(std::max<int64_t>(0, *buckets));
+  options.node_id = flags.Get("node-id");
+  options.control_listen = flags.Get("listen");
+  options.transport_bind = flags.Get("bind");
+  options.slab_lease = *slab_lease;
+  options.max_read_lease = *read_lease;
+  options.huge_pages = !flags.GetBool("no-huge-pages");
+  BlockStopSignals();
+  auto transport = rdma::CreateTcpTransport();
+  if (!transport.ok()) return Fail("node", transport.status());
+  auto node = store::Node::Start(std::move(options), *std::move(transport));
+  if (!node.ok()) return Fail("node", node.status());
+  const proto::NodeInfo& info = (*node)->info();
+  std::printf("meshpool node %s serving %s at %s (control %s)\n",
+              info.node_id().c_str(), FormatSize(info.capacity_bytes()).c_str(),
+              info.transport_addresses(0).c_str(),
+              info.control_address().c_str());
+  std::fflush(stdout);
+  WaitForStopSignal();
+  (*node)->Shutdown();
+  return 0;
+}
+
+namespace {
+
+absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
+  LocalClusterOptions options;
+  auto nodes = flags.GetInt("nodes");
+  auto capacity = flags.GetSize("capacity");
+  auto port = flags.GetInt("port");
+  if (!nodes.ok()) return nodes.status();
+  if (!capacity.ok()) return capacity.status();
+  if (!port.ok()) return port.status();
+  if (*nodes < 1 || *nodes > 64) {
+    return absl::InvalidArgumentError("--nodes must be between 1 and 64");
+  }
+  options.nodes = static_cast<int>(*nodes);
+  options.capacity_bytes = *capacity;
+  options.coordinator_port = static_cast<int>(*port);
+  options.quiet = !flags.GetBool("verbose");
+  return options;
+}
+
+void DefineClusterFlags(Flags& flags, const char* default_port) {
+  flags.Define("nodes", "3", "memory nodes to start");
+  flags.Define("capacity", "256MiB", "pool size of each node");
+  flags.Define("port", default_port, "coordinator port (0: any free port)");
+  flags.DefineBool("verbose", "show the nodes' and coordinator's logs");
+}
+
+}  // namespace
+
+int RunUp(int argc, char** argv) {
+  Flags flags("meshpool up [--nodes N] [--capacity SIZE]",
+              "Runs a local cluster in the foreground: a coordinator and N "
+              "memory nodes, each its own process on 127.0.0.1, TCP "
+              "transport. Prints the coordinator address; Ctrl-C stops all.");
+  DefineClusterFlags(flags, "7070");
+  if (int rc = ParseOrExit(flags, argc, argv, "up"); rc >= 0) return rc;
+  auto options = ClusterFlags(flags);
+  if (!options.ok()) return Fail("up", options.status());
+  BlockStopSignals();
+  auto cluster = LocalCluster::Start(*options);
+  if (!cluster.ok()) return Fail("up", cluster.status());
+  std::printf(
+      "meshpool cluster up: coordinator %s, %d nodes x %s\n"
+      "  in another terminal: export MESHPOOL_COORDINATOR=%s\n"
+      "  then: meshpool put KEY FILE; meshpool get KEY; meshpool stat\n"
+      "Ctrl-C stops the cluster.\n",
+      (*cluster)->coordinator_address().c_str(), options->nodes,
+      FormatSize(options->capacity_bytes).c_str(),
+      (*cluster)->coordinator_address().c_str());
+  std::fflush(stdout);
+  std::string why = (*cluster)->WaitForStop();
+  std::printf("%s\n", why.c_str());
+  (*cluster)->Stop();
+  return 0;
+}
+
+int RunDemo(int argc, char** argv) {
+  Flags flags("meshpool demo [--nodes N] [--duration D] [--value-size SIZE]",
+              "Starts a local cluster (coordinator + N nodes as processes on "
+              "127.0.0.1, TCP transport), puts and gets values for a few "
+              "seconds checking every byte, prints what it did and how fast, "
+              "and stops the cluster.");
+  DefineClusterFlags(flags, "0");
+  flags.Define("duration", "3s", "how long to run the workload");
+  flags.Define("value-size", "64KiB", "value size");
+  flags.Define("threads", "2", "client threads");
+  if (int rc = ParseOrExit(flags, argc, argv, "demo"); rc >= 0) return rc;
+  auto options = ClusterFlags(flags);
+  if (!options.ok()) return Fail("demo", options.status());
+  WorkloadOptions w;
+  auto duration = flags.GetDuration("duration");
+  auto size = flags.GetSize("value-size");
+  auto threads = flags.GetInt("threads");
+  if (!duration.ok()) return Fail("demo", duration.status());
+  if (!size.ok()) return Fail("demo", size.status());
+  if (!threads.ok()) return Fail("demo", threads.status());
+  w.duration = *duration;
+  w.value_bytes = *size;
+  w.threads = static_cast<int>(*threads);
+  w.keys = 200;
+  w.read_fraction = 0.8;
+  std::printf("starting a local cluster: coordinator + %d nodes x %s ...\n",
+              options->nodes, FormatSize(options->capacity_bytes).c_str());
+  std::fflush(stdout);
+  auto cluster = LocalCluster::Start(*options);
+  if (!cluster.ok()) return Fail("demo", cluster.status());
+  std::printf("coordinator %s, nodes up\n",
+              (*cluster)->coordinator_address().c_str());
+  ClientOptions copts;
+  copts.coordinator = (*cluster)->coordinator_address();
+  auto client = Client::Connect(copts);
+  if (!client.ok()) return Fail("demo", client.status());
+  auto result = RunWorkload(**client, w);
+  if (!result.ok()) return Fail("demo", result.status());
+  std::fputs(FormatWorkload(w, *result).c_str(), stdout);
+  auto status = (*client)->Status();
+  if (status.ok()) {
+    for (const NodeStatus& n : status->nodes) {
+      std::printf("  %s: %llu objects, %s of %s used\n", n.node_id.c_str(),
+                  static_cast<unsigned long long>(n.objects),
+                  FormatSize(n.used_bytes).c_str(),
+                  FormatSize(n.capacity_bytes).c_str());
+    }
+  }
+  client->reset();
+  (*cluster)->Stop();
+  bool ok = result->errors == 0 && result->corrupt == 0;
+  std::printf("demo %s\n", ok ? "passed: every value read back intact"
+                              : "FAILED: see errors above");
+  return ok ? 0 : 1;
+}
+
+}  // namespace meshpool::tools

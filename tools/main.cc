@@ -1,0 +1,58 @@
+// meshpool: one binary, many subcommands. See `meshpool --help`.
+#include <cstdio>
+#include <cstring>
+
+#include "tools/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"up", meshpool::tools::RunUp,
+     "run a local cluster (coordinator + N nodes) in the foreground"},
+    {"demo", meshpool::tools::RunDemo,
+     "start a local cluster, run a short put/get workload, stop"},
+    {"coordinator", meshpool::tools::RunCoordinator,
+     "run the coordinator (membership, cluster map)"},
+    {"node", meshpool::tools::RunNode, "run a memory node"},
+    {"put", meshpool::tools::RunPut, "store a value from a file or stdin"},
+    {"get", meshpool::tools::RunGet, "fetch a value to stdout or a file"},
+    {"del", meshpool::tools::RunDel, "delete a key"},
+    {"stat", meshpool::tools::RunStat, "show nodes, capacity, use, objects"},
+    {"bench", meshpool::tools::RunBench,
+     "measure ops/s, GB/s and latency percentiles"},
+};
+
+void Usage(FILE* out) {
+  std::fprintf(out,
+               "usage: meshpool COMMAND [flags]   (meshpool COMMAND --help)\n\n"
+               "meshpool pools the memory of many machines into one store.\n\n"
+               "commands:\n");
+  for (const Command& c : kCommands) {
+    std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  }
+  std::fprintf(out,
+               "\nClient commands read the coordinator from --coordinator "
+               "or MESHPOOL_COORDINATOR.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 ||
+      std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "help") == 0) {
+    Usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 2, argv + 2);
+  }
+  std::fprintf(stderr, "meshpool: unknown command '%s'\n\n", argv[1]);
+  Usage(stderr);
+  return 2;
+}
