@@ -203,6 +203,13 @@ class SimFabric {
   // Breaks every endpoint currently open to `name` (QP error); reconnecting
   // works.
   virtual void BreakEndpoints(absl::string_view name) = 0;
+  // Test hook: `hook` runs right before each request executes (after its
+  // faults were applied), with no fabric lock held, naming the target node
+  // and the request. It may change that node's memory, e.g. replace an object
+  // exactly between a client's index READ and its object READ. Pass nullptr
+  // to remove it. The hook must not Post/Poll on the endpoint being polled.
+  virtual void SetBeforeExecute(
+      std::function<void(absl::string_view node, const WorkRequest&)> hook) = 0;
 };
 
 // Waits until every request of a just-posted batch of `count` requests has

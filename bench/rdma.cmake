@@ -1,0 +1,1 @@
+meshpool_bench(transport_bench SOURCES transport_bench.cc LIBS meshpool_rdma)

@@ -1,0 +1,101 @@
+// meshpool/rdma internal: the registrations of one transport and the checks
+// every backend applies before touching memory. Shared by tcp and sim.
+//
+//  * RegionRegistry: rkey -> [base, base+length). Hands out random, nonzero,
+//    unique 32-bit rkeys from a PRNG seeded by the owner (sim passes a value
+//    derived from the fabric seed so runs repeat). Thread-safe.
+//  * RegisteredRegion: the MemoryRegion tcp and sim return; deregisters its
+//    rkey on destruction.
+//  * ValidateLocalRequest / ValidateLocalBatch: what Endpoint::Post checks
+//    before anything is sent.
+#ifndef MESHPOOL_RDMA_REGION_REGISTRY_H_
+#define MESHPOOL_RDMA_REGION_REGISTRY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "rdma/rdma.h"
+
+namespace meshpool::rdma::internal {
+
+// Most live registrations one transport holds (verbs devices allow far fewer).
+inline constexpr size_t kMaxRegistrations = 1 << 16;
+static_assert(kMaxRegistrations < (1ull << 32) / 2, "rkey space must stay sparse");
+
+class RegionRegistry {
+ public:
+  explicit RegionRegistry(uint64_t seed) : rng_(seed) {}
+  RegionRegistry(const RegionRegistry&) = delete;
+  RegionRegistry& operator=(const RegionRegistry&) = delete;
+
+  // Registers [addr, addr+length) and returns its new rkey.
+  // Errors: InvalidArgument (null, empty, wraps around), ResourceExhausted
+  // (kMaxRegistrations live).
+  absl::StatusOr<uint32_t> Add(void* addr, size_t length);
+
+  // Forgets `rkey`; later requests naming it are refused.
+  void Remove(uint32_t rkey);
+
+  // Returns the host address of [remote_addr, remote_addr+length) when it
+  // lies inside the registration named by `rkey`; PermissionDenied
+  // otherwise (unknown rkey, out of bounds).
+  absl::StatusOr<uint8_t*> Resolve(uint32_t rkey, uint64_t remote_addr,
+                                   uint64_t length) const;
+
+ private:
+  struct Range {
+    uint64_t base;
+    uint64_t length;
+  };
+  mutable absl::Mutex mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, Range> regions_ ABSL_GUARDED_BY(mu_);
+};
+
+// The MemoryRegion of the tcp and sim backends. Keeps the registry alive so
+// it may outlive its transport.
+class RegisteredRegion : public MemoryRegion {
+ public:
+  // Registers with `registry`; errors as RegionRegistry::Add.
+  static absl::StatusOr<std::unique_ptr<MemoryRegion>> Create(
+      std::shared_ptr<RegionRegistry> registry, void* addr, size_t length);
+  ~RegisteredRegion() override;
+
+ private:
+  RegisteredRegion(std::shared_ptr<RegionRegistry> registry, void* addr,
+                   size_t length, uint32_t rkey);
+  std::shared_ptr<RegionRegistry> registry_;
+};
+
+// InvalidArgument naming the problem when `wr` is malformed: unknown opcode,
+// null local buffer, length 0 or > kMaxTransferBytes, atomic with length !=
+// kAtomicBytes or a remote_addr not aligned to it.
+absl::Status ValidateLocalRequest(const WorkRequest& wr);
+
+// ValidateLocalRequest on each, plus batch.size() <= kMaxBatch. An empty
+// batch is valid (nothing to post).
+absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch);
+
+// True for the four opcodes rdma.h defines.
+bool IsKnownOpcode(uint8_t opcode);
+inline bool IsAtomic(Opcode op) {
+  return op == Opcode::kCompareSwap || op == Opcode::kFetchAdd;
+}
+
+// Applies CAS/FAA to the 8-byte aligned word at `word`; returns the old
+// value. REQUIRES: `word` is 8-byte aligned; only the executing agent
+// (responder or fabric) modifies it concurrently.
+uint64_t ExecuteAtomic(Opcode op, uint8_t* word, uint64_t compare_add,
+                       uint64_t swap);
+
+}  // namespace meshpool::rdma::internal
+
+#endif  // MESHPOOL_RDMA_REGION_REGISTRY_H_

@@ -1,0 +1,83 @@
+// meshpool/rdma internal: the socket plumbing of the tcp backend.
+//
+//  * UniqueFd: the one owner of a file descriptor (move-only, closes on
+//    destruction).
+//  * Address parsing, listening, connecting with a timeout, and whole-buffer
+//    send/receive loops that turn errno into Status once.
+//
+// Functions are stateless and thread-safe; a UniqueFd is owned by one object.
+#ifndef MESHPOOL_RDMA_SOCKET_H_
+#define MESHPOOL_RDMA_SOCKET_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace meshpool::rdma::internal {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release();
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Parses "host:port" or "[v6]:port" (after the optional `scheme`, e.g.
+// "tcp://", which must then be present). InvalidArgument when malformed.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address,
+                                       absl::string_view scheme);
+
+// A listening TCP socket bound to `where` (port 0 picks a free one).
+// Errors: Unavailable / AlreadyExists / Internal from the OS.
+absl::StatusOr<UniqueFd> ListenTcp(const HostPort& where);
+
+// The port a bound socket got.
+absl::StatusOr<uint16_t> BoundPort(int fd);
+
+// A connected, blocking TCP socket with TCP_NODELAY. Unavailable when the
+// peer refuses, cannot be resolved, or `timeout` passes.
+absl::StatusOr<UniqueFd> ConnectTcp(const HostPort& peer,
+                                    absl::Duration timeout);
+
+// Sends every byte of `iov` (consumed in place) with sendmsg(MSG_NOSIGNAL),
+// blocking. Unavailable when the connection is gone.
+absl::Status SendAll(int fd, absl::Span<iovec> iov);
+
+// Receives exactly `length` bytes, blocking. Unavailable on EOF or error.
+absl::Status RecvAll(int fd, void* buffer, size_t length);
+
+// A non-blocking pipe used to wake a thread blocked in poll().
+struct WakePipe {
+  static absl::StatusOr<WakePipe> Create();
+  void Wake() const;
+  UniqueFd read_end;
+  UniqueFd write_end;
+};
+
+}  // namespace meshpool::rdma::internal
+
+#endif  // MESHPOOL_RDMA_SOCKET_H_

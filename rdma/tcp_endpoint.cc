@@ -1,0 +1,172 @@
+// How the client endpoint works: Post() appends request frames to one
+// blocking socket (sendmsg gathers headers and WRITE payloads); Poll()
+// receives responses with non-blocking recv() calls, keeping a partially
+// received response across calls, and waits with ppoll() when nothing is
+// ready, so a slow or stuck peer never blocks Poll beyond its timeout.
+#include "rdma/tcp_endpoint.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "rdma/region_registry.h"
+
+namespace meshpool::rdma::internal {
+
+absl::StatusOr<std::unique_ptr<Endpoint>> TcpEndpoint::Connect(
+    absl::string_view address, absl::Duration connect_timeout) {
+  MESHPOOL_ASSIGN_OR_RETURN(HostPort peer, ParseHostPort(address, "tcp://"));
+  MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(peer, connect_timeout));
+  return std::unique_ptr<Endpoint>(new TcpEndpoint(std::move(fd)));
+}
+
+void TcpEndpoint::Break(absl::string_view why) {
+  if (!broken_.ok()) return;
+  broken_ = absl::UnavailableError(absl::StrCat(
+      "tcp endpoint broken (", why, "); drop it and Connect again"));
+  ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+absl::Status TcpEndpoint::Post(absl::Span<const WorkRequest> batch) {
+  MESHPOOL_RETURN_IF_ERROR(ValidateLocalBatch(batch));
+  if (!broken_.ok()) return broken_;
+  tx_headers_.resize(batch.size());
+  tx_iov_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const WorkRequest& wr = batch[i];
+    RequestHeader& h = tx_headers_[i];
+    h = RequestHeader{};
+    h.magic = kRequestMagic;
+    h.opcode = static_cast<uint8_t>(wr.opcode);
+    h.rkey = wr.rkey;
+    h.length = wr.length;
+    h.wr_id = wr.wr_id;
+    h.remote_addr = wr.remote_addr;
+    h.compare_add = wr.compare_add;
+    h.swap = wr.swap;
+    tx_iov_.push_back({&h, sizeof(h)});
+    if (wr.opcode == Opcode::kWrite) tx_iov_.push_back({wr.local, wr.length});
+  }
+  absl::Status sent = SendAll(fd_.get(), absl::MakeSpan(tx_iov_));
+  if (!sent.ok()) {
+    Break(sent.message());
+    return broken_;
+  }
+  for (const WorkRequest& wr : batch) {
+    pending_.push_back(Pending{wr.wr_id, wr.opcode,
+                               static_cast<uint8_t*>(wr.local), wr.length});
+  }
+  return absl::OkStatus();
+}
+
+void TcpEndpoint::Complete(Completion* out, absl::Status status) {
+  const Pending& head = pending_.front();
+  out->wr_id = head.wr_id;
+  out->opcode = head.opcode;
+  out->status = std::move(status);
+  pending_.pop_front();
+  rx_header_got_ = 0;
+  rx_payload_got_ = 0;
+}
+
+TcpEndpoint::Step TcpEndpoint::OnHeaderComplete(Completion* out) {
+  const Pending& head = pending_.front();
+  if (rx_header_.magic != kResponseMagic || rx_header_.wr_id != head.wr_id) {
+    Break("response out of sequence or corrupt");
+    return Step::kProgress;
+  }
+  if (rx_header_.status == static_cast<uint8_t>(WireStatus::kAccessDenied)) {
+    Break("the peer refused a request and closed the connection");
+    Complete(out, absl::PermissionDeniedError(absl::StrCat(
+                      OpcodeName(head.opcode), " wr_id ", head.wr_id,
+                      " named memory the peer does not expose (bad rkey or "
+                      "out of bounds); refresh the region descriptor")));
+    return Step::kCompleted;
+  }
+  const uint32_t expected = head.opcode == Opcode::kRead ? head.length : 0;
+  if (rx_header_.status != static_cast<uint8_t>(WireStatus::kOk) ||
+      rx_header_.length != expected) {
+    Break("malformed response");
+    return Step::kProgress;
+  }
+  if (IsAtomic(head.opcode)) {
+    std::memcpy(head.local, &rx_header_.old_value, kAtomicBytes);
+  }
+  if (expected == 0) {
+    Complete(out, absl::OkStatus());
+    return Step::kCompleted;
+  }
+  return Step::kProgress;
+}
+
+TcpEndpoint::Step TcpEndpoint::ReceiveStep(Completion* out) {
+  const Pending& head = pending_.front();
+  uint8_t* dst;
+  size_t want;
+  if (rx_header_got_ < sizeof(rx_header_)) {
+    dst = reinterpret_cast<uint8_t*>(&rx_header_) + rx_header_got_;
+    want = sizeof(rx_header_) - rx_header_got_;
+  } else {
+    dst = head.local + rx_payload_got_;
+    want = head.length - rx_payload_got_;
+  }
+  ssize_t got = ::recv(fd_.get(), dst, want, MSG_DONTWAIT);
+  if (got == 0) {
+    Break("the peer closed the connection");
+    return Step::kProgress;
+  }
+  if (got < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kWouldBlock;
+    if (errno != EINTR) Break(ErrnoToStatus(errno, "recv").message());
+    return Step::kProgress;
+  }
+  if (rx_header_got_ < sizeof(rx_header_)) {
+    rx_header_got_ += static_cast<size_t>(got);
+    if (rx_header_got_ < sizeof(rx_header_)) return Step::kProgress;
+    return OnHeaderComplete(out);
+  }
+  rx_payload_got_ += static_cast<size_t>(got);
+  if (rx_payload_got_ < head.length) return Step::kProgress;
+  Complete(out, absl::OkStatus());
+  return Step::kCompleted;
+}
+
+absl::Status TcpEndpoint::WaitReadable(absl::Duration timeout) {
+  pollfd p{fd_.get(), POLLIN, 0};
+  const timespec ts = absl::ToTimespec(timeout);
+  if (::ppoll(&p, 1, &ts, nullptr) < 0 && errno != EINTR) {
+    return ErrnoToStatus(errno, "ppoll");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> TcpEndpoint::Poll(absl::Span<Completion> out,
+                                         absl::Duration timeout) {
+  if (pending_.empty()) {
+    if (!broken_.ok()) return broken_;
+    return 0;
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  size_t n = 0;
+  while (n < out.size() && !pending_.empty()) {
+    if (!broken_.ok()) {
+      Complete(&out[n++], broken_);
+      continue;
+    }
+    const Step step = ReceiveStep(&out[n]);
+    if (step == Step::kCompleted) ++n;
+    if (step != Step::kWouldBlock) continue;
+    const absl::Duration left = deadline - absl::Now();
+    if (n > 0 || left <= absl::ZeroDuration()) break;
+    absl::Status waited = WaitReadable(left);
+    if (!waited.ok()) Break(waited.message());
+  }
+  return n;
+}
+
+}  // namespace meshpool::rdma::internal

@@ -1,0 +1,75 @@
+// The tcp Transport: registrations in a RegionRegistry, a TcpResponder once
+// Listen() is called, TcpEndpoints for Connect().
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/common.h"
+#include "rdma/rdma.h"
+#include "rdma/region_registry.h"
+#include "rdma/tcp_endpoint.h"
+#include "rdma/tcp_responder.h"
+
+namespace meshpool::rdma {
+namespace {
+
+class TcpTransport : public Transport {
+ public:
+  explicit TcpTransport(const TcpOptions& options, uint64_t rkey_seed)
+      : options_(options),
+        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)) {}
+
+  absl::string_view name() const override { return "tcp"; }
+
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
+      void* addr, size_t length) override {
+    return internal::RegisteredRegion::Create(registry_, addr, length);
+  }
+
+  absl::StatusOr<std::string> Listen(absl::string_view bind) override {
+    absl::MutexLock lock(&mu_);
+    if (responder_ != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tcp transport already listens on ", responder_->address(),
+          "; create another transport to serve a second address"));
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(
+        responder_, internal::TcpResponder::Create(
+                        bind, options_.max_request_bytes, registry_));
+    return responder_->address();
+  }
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      absl::string_view peer_address, const Handshake& handshake) override {
+    return internal::TcpEndpoint::Connect(peer_address,
+                                          options_.connect_timeout);
+  }
+
+ private:
+  const TcpOptions options_;
+  const std::shared_ptr<internal::RegionRegistry> registry_;
+  absl::Mutex mu_;
+  // Last: destroyed first, so no connection outlives the transport.
+  std::unique_ptr<internal::TcpResponder> responder_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(
+    const TcpOptions& options) {
+  if (options.max_request_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "TcpOptions.max_request_bytes must be positive");
+  }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "TcpOptions.connect_timeout must be positive");
+  }
+  absl::BitGen gen;
+  return std::unique_ptr<Transport>(
+      new TcpTransport(options, absl::Uniform<uint64_t>(gen)));
+}
+
+}  // namespace meshpool::rdma

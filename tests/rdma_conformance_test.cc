@@ -1,0 +1,493 @@
+// The transport contract (rdma/rdma.h), run against every backend. A backend
+// joins by adding one factory to Factories() below.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "rdma/rdma.h"
+
+namespace meshpool::rdma {
+namespace {
+
+constexpr size_t kNodeBytes = 32 << 20;
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+uint64_t TestSeed() {
+  if (const char* env = std::getenv("MESHPOOL_TEST_SEED")) {
+    return std::strtoull(env, nullptr, 10);
+  }
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
+
+// One backend under test: a node transport that serves memory and a client
+// transport that reaches it.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Transport& node() { return *node_; }
+  Transport& client() { return *client_; }
+  virtual std::string bind() const = 0;
+  // The node dies; its memory stays allocated (the test owns it).
+  virtual void KillNode() = 0;
+  virtual std::string UnreachableAddress() = 0;
+  virtual std::vector<std::string> MalformedAddresses() const = 0;
+
+ protected:
+  std::unique_ptr<Transport> node_;
+  std::unique_ptr<Transport> client_;
+};
+
+class TcpBackend : public Backend {
+ public:
+  static std::unique_ptr<Backend> Create(uint64_t seed) {
+    auto b = std::make_unique<TcpBackend>();
+    auto node = CreateTcpTransport();
+    auto client = CreateTcpTransport();
+    if (!node.ok() || !client.ok()) return nullptr;
+    b->node_ = *std::move(node);
+    b->client_ = *std::move(client);
+    return b;
+  }
+  ~TcpBackend() override {
+    if (unreachable_fd_ >= 0) ::close(unreachable_fd_);
+  }
+  std::string bind() const override { return "127.0.0.1:0"; }
+  void KillNode() override { node_.reset(); }
+  // A bound socket that does not listen: connecting is refused, and the port
+  // stays ours for the test's lifetime.
+  std::string UnreachableAddress() override {
+    unreachable_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(unreachable_fd_, reinterpret_cast<sockaddr*>(&addr), len) ||
+        ::getsockname(unreachable_fd_, reinterpret_cast<sockaddr*>(&addr),
+                      &len)) {
+      return "tcp://127.0.0.1:1";
+    }
+    return absl::StrCat("tcp://127.0.0.1:", ntohs(addr.sin_port));
+  }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"127.0.0.1:7000",       "tcp://127.0.0.1",
+            "tcp://:7000",          "tcp://127.0.0.1:99999",
+            "tcp://127.0.0.1:port", "sim://node",
+            "tcp://[::1:7000",      ""};
+  }
+
+ private:
+  int unreachable_fd_ = -1;
+};
+
+class SimBackend : public Backend {
+ public:
+  static std::unique_ptr<Backend> Create(uint64_t seed) {
+    auto b = std::make_unique<SimBackend>();
+    b->fabric_ = SimFabric::Create(seed);
+    b->node_ = b->fabric_->CreateTransport("node");
+    b->client_ = b->fabric_->CreateTransport("client");
+    return b;
+  }
+  std::string bind() const override { return ""; }
+  void KillNode() override { fabric_->KillNode("node"); }
+  std::string UnreachableAddress() override { return "sim://nobody"; }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"sim://", "node", "sim:/node", "tcp://127.0.0.1:7000", ""};
+  }
+
+ private:
+  std::shared_ptr<SimFabric> fabric_;
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(uint64_t)>;
+const std::map<std::string, BackendFactory>& Factories() {
+  static const auto* factories = new std::map<std::string, BackendFactory>{
+      {"tcp", &TcpBackend::Create},
+      {"sim", &SimBackend::Create},
+  };
+  return *factories;
+}
+std::vector<std::string> BackendNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : Factories()) names.push_back(name);
+  return names;
+}
+
+class TransportConformanceTest : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    seed_ = TestSeed();
+    std::cout << "backend=" << GetParam() << " seed=" << seed_ << std::endl;
+    rng_.seed(seed_);
+    memory_ = std::make_unique<uint64_t[]>(kNodeBytes / 8);  // zeroed
+    backend_ = Factories().at(GetParam())(seed_);
+    ASSERT_NE(backend_, nullptr);
+    auto region = backend_->node().RegisterMemory(memory_.get(), kNodeBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    region_ = *std::move(region);
+    auto address = backend_->node().Listen(backend_->bind());
+    ASSERT_TRUE(address.ok()) << address.status();
+    address_ = *address;
+  }
+
+  uint8_t* node_bytes() { return reinterpret_cast<uint8_t*>(memory_.get()); }
+  uint64_t* node_word(uint64_t offset) {
+    return reinterpret_cast<uint64_t*>(node_bytes() + offset);
+  }
+
+  std::unique_ptr<Endpoint> Connect() {
+    auto ep = backend_->client().Connect(address_, nullptr);
+    EXPECT_TRUE(ep.ok()) << ep.status();
+    return ep.ok() ? *std::move(ep) : nullptr;
+  }
+
+  WorkRequest Request(Opcode op, uint64_t id, void* local, uint32_t length,
+                      uint64_t offset) {
+    WorkRequest wr;
+    wr.wr_id = id;
+    wr.opcode = op;
+    wr.local = local;
+    wr.length = length;
+    wr.remote_addr = region_->remote().addr + offset;
+    wr.rkey = region_->remote().rkey;
+    return wr;
+  }
+  WorkRequest Atomic(Opcode op, uint64_t id, uint64_t* old, uint64_t offset,
+                     uint64_t compare_add, uint64_t swap = 0) {
+    WorkRequest wr = Request(op, id, old, kAtomicBytes, offset);
+    wr.compare_add = compare_add;
+    wr.swap = swap;
+    return wr;
+  }
+
+  absl::Status Run(Endpoint& ep, const std::vector<WorkRequest>& batch) {
+    completions_.assign(batch.size(), Completion{});
+    return PostAndWait(ep, batch, absl::MakeSpan(completions_), kTimeout);
+  }
+
+  std::vector<uint8_t> RandomBytes(size_t n) {
+    std::vector<uint8_t> out(n);
+    for (auto& b : out) b = static_cast<uint8_t>(rng_());
+    return out;
+  }
+
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::unique_ptr<uint64_t[]> memory_;  // outlives the backend's transports
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MemoryRegion> region_;
+  std::string address_;
+  std::vector<Completion> completions_;
+};
+
+TEST_P(TransportConformanceTest, ReadWriteRoundTripsFromOneByteTo16MiB) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  for (uint32_t size : {1u, 3u, 8u, 4096u, 65536u + 13, 1u << 20, 16u << 20}) {
+    SCOPED_TRACE(size);
+    const uint64_t offset = 1 + size % 7;  // deliberately unaligned
+    std::vector<uint8_t> data = RandomBytes(size);
+    ASSERT_TRUE(Run(*ep, {Request(Opcode::kWrite, 1, data.data(), size,
+                                  offset)}).ok());
+    EXPECT_EQ(std::memcmp(node_bytes() + offset, data.data(), size), 0);
+    std::vector<uint8_t> back(size, 0);
+    ASSERT_TRUE(
+        Run(*ep, {Request(Opcode::kRead, 2, back.data(), size, offset)}).ok());
+    EXPECT_EQ(back, data);
+    EXPECT_EQ(completions_[0].wr_id, 2u);
+    EXPECT_EQ(completions_[0].opcode, Opcode::kRead);
+  }
+}
+
+TEST_P(TransportConformanceTest, BatchOfMaxBatchMixedRequestsCompletesInOrder) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  constexpr uint64_t kDataBase = 0, kCounter = 1 << 20, kCasBase = 2 << 20;
+  for (size_t i = 0; i < kMaxBatch; ++i) *node_word(kCasBase + 8 * i) = i;
+  std::vector<std::vector<uint8_t>> written(kMaxBatch), read(kMaxBatch);
+  std::vector<uint64_t> old(kMaxBatch, ~0ull);
+  std::vector<WorkRequest> batch;
+  for (size_t i = 0; i < kMaxBatch; ++i) {
+    switch (i % 4) {
+      case 0:  // WRITE slot i ...
+        written[i] = RandomBytes(64);
+        batch.push_back(Request(Opcode::kWrite, i, written[i].data(), 64,
+                                kDataBase + 64 * i));
+        break;
+      case 1:  // ... and READ it back in the same batch
+        read[i].assign(64, 0);
+        batch.push_back(Request(Opcode::kRead, i, read[i].data(), 64,
+                                kDataBase + 64 * (i - 1)));
+        break;
+      case 2:
+        batch.push_back(Atomic(Opcode::kFetchAdd, i, &old[i], kCounter, 1));
+        break;
+      case 3:
+        batch.push_back(Atomic(Opcode::kCompareSwap, i, &old[i],
+                               kCasBase + 8 * i, i, i + 1000));
+        break;
+    }
+  }
+  ASSERT_TRUE(Run(*ep, batch).ok());
+  uint64_t faa = 0;
+  for (size_t i = 0; i < kMaxBatch; ++i) {
+    EXPECT_EQ(completions_[i].wr_id, i);
+    EXPECT_EQ(completions_[i].opcode, batch[i].opcode);
+    EXPECT_TRUE(completions_[i].status.ok()) << completions_[i].status;
+    if (i % 4 == 1) {
+      EXPECT_EQ(read[i], written[i - 1]) << i;
+    }
+    if (i % 4 == 2) {
+      EXPECT_EQ(old[i], faa++);
+    }
+    if (i % 4 == 3) {
+      EXPECT_EQ(old[i], i);
+      EXPECT_EQ(*node_word(kCasBase + 8 * i), i + 1000);
+    }
+  }
+  EXPECT_EQ(*node_word(kCounter), kMaxBatch / 4);
+}
+
+TEST_P(TransportConformanceTest, ReadAfterWriteOnOneEndpointSeesTheWrite) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<uint8_t> data = RandomBytes(100000), back(100000, 0);
+    // Two separate posts, nothing polled in between.
+    ASSERT_TRUE(ep->Post({Request(Opcode::kWrite, 1, data.data(), 100000,
+                                  4096)}).ok());
+    ASSERT_TRUE(ep->Post({Request(Opcode::kRead, 2, back.data(), 100000,
+                                  4096)}).ok());
+    Completion c[2];
+    size_t got = 0;
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (got < 2 && absl::Now() < deadline) {
+      auto n = ep->Poll(absl::MakeSpan(c + got, 2 - got), absl::Seconds(1));
+      ASSERT_TRUE(n.ok()) << n.status();
+      got += *n;
+    }
+    ASSERT_EQ(got, 2u);
+    EXPECT_TRUE(c[0].status.ok() && c[1].status.ok());
+    EXPECT_EQ(back, data) << "round " << round;
+  }
+}
+
+TEST_P(TransportConformanceTest, CompareSwapSucceedsAndFailsReturningOldValue) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  *node_word(64) = 5;
+  uint64_t old = 0;
+  ASSERT_TRUE(Run(*ep, {Atomic(Opcode::kCompareSwap, 1, &old, 64, 5, 9)}).ok());
+  EXPECT_EQ(old, 5u);
+  EXPECT_EQ(*node_word(64), 9u);
+  ASSERT_TRUE(
+      Run(*ep, {Atomic(Opcode::kCompareSwap, 2, &old, 64, 5, 11)}).ok());
+  EXPECT_EQ(old, 9u);  // failed: expected 5, found 9
+  EXPECT_EQ(*node_word(64), 9u);
+}
+
+TEST_P(TransportConformanceTest, FetchAddReturnsOldValueAndAdds) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  *node_word(128) = 100;
+  uint64_t old = 0;
+  ASSERT_TRUE(Run(*ep, {Atomic(Opcode::kFetchAdd, 1, &old, 128, 7)}).ok());
+  EXPECT_EQ(old, 100u);
+  EXPECT_EQ(*node_word(128), 107u);
+  ASSERT_TRUE(Run(*ep, {Atomic(Opcode::kFetchAdd, 2, &old, 128, ~0ull)}).ok());
+  EXPECT_EQ(old, 107u);
+  EXPECT_EQ(*node_word(128), 106u);  // adding 2^64-1 wraps to -1
+}
+
+TEST_P(TransportConformanceTest,
+       OutOfBoundsIsPermissionDeniedAndBreaksOnlyThatEndpoint) {
+  auto bad = Connect();
+  auto good = Connect();
+  ASSERT_TRUE(bad != nullptr && good != nullptr);
+  std::vector<uint8_t> before(node_bytes() + kNodeBytes - 64,
+                              node_bytes() + kNodeBytes);
+  std::vector<uint8_t> data = RandomBytes(16);
+  absl::Status status = Run(*bad, {Request(Opcode::kWrite, 1, data.data(), 16,
+                                           kNodeBytes - 8)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_FALSE(bad->healthy());
+  EXPECT_EQ(bad->Post({Request(Opcode::kRead, 2, data.data(), 8, 0)}).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(std::memcmp(before.data(), node_bytes() + kNodeBytes - 64, 64), 0);
+  // A read that starts inside and ends outside is refused as well.
+  auto bad2 = Connect();
+  ASSERT_NE(bad2, nullptr);
+  status = Run(*bad2, {Request(Opcode::kRead, 3, data.data(), 16,
+                               kNodeBytes - 15)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+
+  std::vector<uint8_t> back(16);
+  node_bytes()[7] = 0x5a;
+  ASSERT_TRUE(Run(*good, {Request(Opcode::kRead, 4, back.data(), 16, 0)}).ok());
+  EXPECT_EQ(back[7], 0x5a);
+  EXPECT_TRUE(good->healthy());
+}
+
+TEST_P(TransportConformanceTest, BadRkeyIsPermissionDeniedAndBreaksEndpoint) {
+  auto bad = Connect();
+  auto good = Connect();
+  ASSERT_TRUE(bad != nullptr && good != nullptr);
+  uint64_t value = 0;
+  WorkRequest wr = Request(Opcode::kRead, 1, &value, 8, 0);
+  wr.rkey ^= 0x80000000u;
+  absl::Status status = Run(*bad, {wr});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_FALSE(bad->healthy());
+  *node_word(0) = 42;
+  ASSERT_TRUE(Run(*good, {Request(Opcode::kRead, 2, &value, 8, 0)}).ok());
+  EXPECT_EQ(value, 42u);
+}
+
+TEST_P(TransportConformanceTest, DeregisteredRegionIsPermissionDenied) {
+  std::vector<uint8_t> extra(4096, 7);
+  auto region = backend_->node().RegisterMemory(extra.data(), extra.size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  const RemoteRegion remote = (*region)->remote();
+  EXPECT_NE(remote.rkey, 0u);
+  EXPECT_NE(remote.rkey, region_->remote().rkey);
+  region->reset();
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  uint8_t byte = 0;
+  WorkRequest wr = Request(Opcode::kRead, 1, &byte, 1, 0);
+  wr.remote_addr = remote.addr;
+  wr.rkey = remote.rkey;
+  EXPECT_EQ(Run(*ep, {wr}).code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_P(TransportConformanceTest, TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads) {
+  constexpr int kRounds = 200;
+  constexpr uint64_t kCounter = 8 << 20;
+  std::unique_ptr<Endpoint> lanes[2] = {Connect(), Connect()};
+  ASSERT_TRUE(lanes[0] != nullptr && lanes[1] != nullptr);
+  std::atomic<int> failures{0};
+  auto work = [&](int lane) {
+    Endpoint& ep = *lanes[lane];
+    std::mt19937_64 rng(seed_ + lane);
+    std::vector<uint8_t> data(4096), back(4096);
+    const uint64_t area = (1 << 20) * (lane + 1);
+    for (int i = 0; i < kRounds; ++i) {
+      for (auto& b : data) b = static_cast<uint8_t>(rng());
+      uint64_t old = 0;
+      std::vector<WorkRequest> batch = {
+          Request(Opcode::kWrite, 1, data.data(), 4096, area),
+          Request(Opcode::kRead, 2, back.data(), 4096, area),
+          Atomic(Opcode::kFetchAdd, 3, &old, kCounter, 1)};
+      std::vector<Completion> c(3);
+      if (!PostAndWait(ep, batch, absl::MakeSpan(c), kTimeout).ok() ||
+          back != data) {
+        failures.fetch_add(1);
+      }
+    }
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(*node_word(kCounter), 2u * kRounds);
+}
+
+TEST_P(TransportConformanceTest, PeerDeathMakesEndpointUnavailable) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  uint64_t value = 0;
+  ASSERT_TRUE(Run(*ep, {Request(Opcode::kRead, 1, &value, 8, 0)}).ok());
+  backend_->KillNode();
+  absl::Status status = Run(*ep, {Request(Opcode::kRead, 2, &value, 8, 0)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_FALSE(ep->healthy());
+  EXPECT_EQ(ep->Post({Request(Opcode::kRead, 3, &value, 8, 0)}).code(),
+            absl::StatusCode::kUnavailable);
+  auto again = backend_->client().Connect(address_, nullptr);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable)
+      << again.status();
+}
+
+TEST_P(TransportConformanceTest, ConnectToUnreachableAddressIsUnavailable) {
+  auto ep = backend_->client().Connect(backend_->UnreachableAddress(), nullptr);
+  EXPECT_EQ(ep.status().code(), absl::StatusCode::kUnavailable) << ep.status();
+}
+
+TEST_P(TransportConformanceTest, MalformedAddressIsInvalidArgument) {
+  for (const std::string& address : backend_->MalformedAddresses()) {
+    auto ep = backend_->client().Connect(address, nullptr);
+    EXPECT_EQ(ep.status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << address << "': " << ep.status();
+  }
+}
+
+TEST_P(TransportConformanceTest, InvalidLocalRequestIsInvalidArgument) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  uint64_t word = 0;
+  std::vector<WorkRequest> bad;
+  bad.push_back(Atomic(Opcode::kCompareSwap, 1, &word, 0, 0, 1));
+  bad.back().length = 4;
+  bad.push_back(Atomic(Opcode::kFetchAdd, 2, &word, 4, 1));  // misaligned
+  bad.push_back(Request(Opcode::kRead, 3, &word, 0, 0));     // empty
+  bad.push_back(Request(Opcode::kRead, 4, nullptr, 8, 0));   // no buffer
+  bad.push_back(Request(Opcode::kRead, 5, &word, kMaxTransferBytes + 8, 0));
+  bad.push_back(Request(static_cast<Opcode>(9), 6, &word, 8, 0));
+  for (const WorkRequest& wr : bad) {
+    // The bad request rides behind a good one: nothing may be posted.
+    std::vector<WorkRequest> batch = {Request(Opcode::kRead, 0, &word, 8, 0),
+                                      wr};
+    EXPECT_EQ(ep->Post(batch).code(), absl::StatusCode::kInvalidArgument)
+        << "wr_id " << wr.wr_id;
+  }
+  std::vector<WorkRequest> too_many(kMaxBatch + 1,
+                                    Request(Opcode::kRead, 0, &word, 8, 0));
+  EXPECT_EQ(ep->Post(too_many).code(), absl::StatusCode::kInvalidArgument);
+  Completion c;
+  auto n = ep->Poll(absl::MakeSpan(&c, 1), absl::ZeroDuration());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0u);  // nothing was posted
+  EXPECT_TRUE(ep->healthy());
+  *node_word(0) = 77;
+  ASSERT_TRUE(Run(*ep, {Request(Opcode::kRead, 7, &word, 8, 0)}).ok());
+  EXPECT_EQ(word, 77u);
+}
+
+TEST_P(TransportConformanceTest, RegisterMemoryRejectsNullOrEmpty) {
+  uint8_t byte;
+  EXPECT_EQ(backend_->node().RegisterMemory(nullptr, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->node().RegisterMemory(&byte, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, ListenTwiceIsFailedPrecondition) {
+  EXPECT_EQ(backend_->node().Listen(backend_->bind()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend_->node().name(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
+                         testing::ValuesIn(BackendNames()),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace meshpool::rdma
