@@ -447,6 +447,7 @@ absl::StatusOr<ClusterStatus> Client::Status() {
     n.objects = stats.objects();
     n.slabs_total = stats.slabs_total();
     n.slabs_free = stats.slabs_free();
+    n.slabs_reclaimed = stats.slabs_reclaimed();
     status.nodes.push_back(std::move(n));
   }
   return status;

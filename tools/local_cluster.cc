@@ -88,11 +88,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   // The coordinator prints its bound address as its first stdout line.
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
-  absl::StatusOr<pid_t> pid = Spawn(
-      binary,
-      {"coordinator", "--listen",
-       absl::StrCat("127.0.0.1:", options.coordinator_port)},
-      fds[1], options.quiet);
+  std::vector<std::string> coordinator_args = {
+      "coordinator", "--listen",
+      absl::StrCat("127.0.0.1:", options.coordinator_port)};
+  coordinator_args.insert(coordinator_args.end(),
+                          options.coordinator_args.begin(),
+                          options.coordinator_args.end());
+  absl::StatusOr<pid_t> pid =
+      Spawn(binary, coordinator_args, fds[1], options.quiet);
   close(fds[1]);
   if (!pid.ok()) {
     close(fds[0]);
@@ -119,6 +122,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       args.push_back("--slab-size");
       args.push_back(absl::StrCat(options.slab_bytes));
     }
+    args.insert(args.end(), options.node_args.begin(), options.node_args.end());
     MESHPOOL_ASSIGN_OR_RETURN(pid_t node, Spawn(binary, args, -1, options.quiet));
     cluster->nodes_.push_back(node);
   }

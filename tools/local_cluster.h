@@ -25,6 +25,8 @@ struct LocalClusterOptions {
   int coordinator_port = 0;                // 0 = any free port
   absl::Duration start_timeout = absl::Seconds(20);
   bool quiet = true;  // children's stderr to /dev/null
+  std::vector<std::string> node_args;        // extra `meshpool node` flags
+  std::vector<std::string> coordinator_args;  // extra `meshpool coordinator` flags
 };
 
 class LocalCluster {

@@ -72,6 +72,7 @@ struct NodeStatus {
   uint64_t objects = 0;
   uint64_t slabs_total = 0;
   uint64_t slabs_free = 0;
+  uint64_t slabs_reclaimed = 0;  // freed for reuse since the node started
   std::string error;  // why fresh stats could not be fetched, if so
 };
 

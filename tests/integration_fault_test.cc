@@ -1,0 +1,229 @@
+// Races and failures against a real local cluster: concurrent writers and
+// readers of the same keys while memory is reclaimed and reused, and a node
+// killed with SIGKILL mid-workload.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <iostream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "meshpool/client.h"
+#include "placement/placement.h"
+#include "store/layout.h"
+#include "tests/integration_util.h"
+
+namespace meshpool {
+namespace {
+
+using testing::ConnectClient;
+using testing::MakeValue;
+using testing::StartCluster;
+
+constexpr size_t kRaceValueBytes = 16 << 10;
+
+// True when `value` is exactly some MakeValue(key, version, size).
+bool IsAValueOf(const std::string& key, const std::string& value) {
+  std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('#', 2));
+  uint64_t version;
+  if (parts.size() != 3 || parts[0] != key ||
+      !absl::SimpleAtoi(parts[1], &version)) {
+    return false;
+  }
+  return value == MakeValue(key, version, kRaceValueBytes);
+}
+
+TEST(RaceTest, ConcurrentPutsAndGetsOfSameKeysNeverSeeTornOrForeignValues) {
+  uint64_t seed = std::random_device()();
+  std::cout << "seed=" << seed << std::endl;
+  tools::LocalClusterOptions options;
+  options.nodes = 2;
+  // A small pool, short slab leases and a short read lease make slabs fill,
+  // seal, get reclaimed and reused many times during the test.
+  options.capacity_bytes = 12 << 20;
+  options.slab_bytes = 1 << 20;
+  options.node_args = {"--slab-lease", "300ms", "--read-lease", "150ms"};
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  auto writer_client = ConnectClient(cluster->coordinator_address());
+  auto reader_client = ConnectClient(cluster->coordinator_address());
+  ASSERT_NE(writer_client, nullptr);
+  ASSERT_NE(reader_client, nullptr);
+
+  constexpr int kKeys = 8;
+  constexpr int kWriters = 3;
+  constexpr int kReaders = 3;
+  // 3 x 700 x 16 KiB = 33 MiB into 2 x 12 MiB pools: the writers can only
+  // finish if freed memory is reclaimed and reused.
+  constexpr int kPutsPerWriter = 700;
+  std::vector<std::string> keys;
+  for (int k = 0; k < kKeys; ++k) keys.push_back(absl::StrCat("race-", k));
+  for (const std::string& k : keys) {
+    ASSERT_TRUE(writer_client->Put(k, MakeValue(k, 0, kRaceValueBytes)).ok());
+  }
+  std::atomic<bool> writing{true};
+  std::atomic<int> bad_values{0}, get_errors{0}, put_errors{0}, gets{0};
+  std::atomic<int> full_retries{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(seed + w);
+      for (int i = 1; i <= kPutsPerWriter; ++i) {
+        const std::string& key = keys[rng() % kKeys];
+        uint64_t version = static_cast<uint64_t>(w) * 1000000 + i;
+        absl::Status s;
+        // The pool may be momentarily full until sealed slabs are reclaimed.
+        for (int attempt = 0; attempt < 500; ++attempt) {
+          s = writer_client->Put(key, MakeValue(key, version, kRaceValueBytes));
+          if (s.code() != absl::StatusCode::kResourceExhausted) break;
+          ++full_retries;
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+        if (!s.ok()) {
+          if (put_errors++ == 0) std::cerr << "put: " << s << "\n";
+        }
+      }
+    });
+  }
+  for (int r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(seed ^ (0x1000 + r));
+      while (writing.load()) {
+        const std::string& key = keys[rng() % kKeys];
+        absl::StatusOr<std::string> v = reader_client->Get(key);
+        ++gets;
+        if (!v.ok()) {
+          if (get_errors++ == 0) std::cerr << "get: " << v.status() << "\n";
+          continue;
+        }
+        if (!IsAValueOf(key, *v)) ++bad_values;
+      }
+    });
+  }
+  for (int w = 0; w < kWriters; ++w) threads[w].join();
+  writing = false;
+  for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
+
+  auto status = reader_client->Status();
+  ASSERT_TRUE(status.ok());
+  uint64_t reclaimed = 0;
+  for (const NodeStatus& n : status->nodes) reclaimed += n.slabs_reclaimed;
+  std::cout << "gets=" << gets << " reclaimed slabs=" << reclaimed
+            << " full retries=" << full_retries << std::endl;
+  EXPECT_EQ(bad_values, 0) << "a GET returned bytes that were never put";
+  EXPECT_EQ(get_errors, 0);
+  EXPECT_EQ(put_errors, 0);
+  EXPECT_GT(gets, 0);
+  EXPECT_GT(reclaimed, 0u) << "memory was never reused: the test proved little";
+  for (const std::string& k : keys) {
+    absl::StatusOr<std::string> v = reader_client->Get(k);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_TRUE(IsAValueOf(k, *v));
+  }
+}
+
+TEST(NodeFailureTest, KilledNodeLosesOnlyItsKeysAndNothingCrashes) {
+  tools::LocalClusterOptions options;
+  options.nodes = 3;
+  options.capacity_bytes = 32 << 20;
+  options.slab_bytes = 1 << 20;
+  options.coordinator_args = {"--dead-after", "1500ms", "--heartbeat-interval",
+                              "200ms"};
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  auto client = ConnectClient(cluster->coordinator_address());
+  ASSERT_NE(client, nullptr);
+  auto coordinator =
+      placement::CoordinatorClient::Connect(cluster->coordinator_address());
+  ASSERT_TRUE(coordinator.ok());
+
+  constexpr int kKeys = 300;
+  auto key_of = [](int i) { return absl::StrCat("k", i); };
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(client->Put(key_of(i), MakeValue(key_of(i), 1, 512)).ok());
+  }
+  // Which node holds each key, per the map the client used.
+  auto map = (*coordinator)->GetClusterMap();
+  ASSERT_TRUE(map.ok());
+  std::vector<std::string> home(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    store::KeyHash h = store::HashKey(key_of(i));
+    home[i] = map->nodes(placement::HomeNode(*map, h.lo, h.hi)).info().node_id();
+  }
+  // node-2 is the second node process started.
+  const std::string victim = "node-2";
+  pid_t victim_pid = cluster->node_pids()[1];
+
+  // Readers keep going while the node dies.
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      int i = r;
+      while (!stop.load()) {
+        i = (i + 7) % kKeys;
+        absl::StatusOr<std::string> v = client->Get(key_of(i));
+        if (v.ok() && *v != MakeValue(key_of(i), 1, 512)) ++wrong;
+        if (!v.ok() && home[i] != victim) ++wrong;
+        if (!v.ok() && v.status().code() != absl::StatusCode::kNotFound &&
+            v.status().code() != absl::StatusCode::kUnavailable) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // let readers get going
+  ASSERT_EQ(kill(victim_pid, SIGKILL), 0);
+
+  // Right away: keys on live nodes work; the victim's fail cleanly.
+  int victim_keys = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    absl::StatusOr<std::string> v = client->Get(key_of(i));
+    if (home[i] == victim) {
+      ++victim_keys;
+      EXPECT_TRUE(v.status().code() == absl::StatusCode::kUnavailable ||
+                  v.status().code() == absl::StatusCode::kNotFound)
+          << v.status();
+    } else {
+      ASSERT_TRUE(v.ok()) << key_of(i) << " on " << home[i] << ": "
+                          << v.status();
+    }
+  }
+  EXPECT_GT(victim_keys, 0);
+
+  // Once the coordinator declares it dead, its keys are plain misses and
+  // can be written again on the surviving nodes.
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool dead = false;
+  while (!dead && absl::Now() < deadline) {
+    auto m = (*coordinator)->GetClusterMap();
+    ASSERT_TRUE(m.ok());
+    for (const auto& e : m->nodes()) {
+      if (e.info().node_id() == victim && e.state() == proto::NODE_DEAD) {
+        dead = true;
+      }
+    }
+    if (!dead) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(dead) << "coordinator never declared " << victim << " dead";
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(wrong, 0);
+  for (int i = 0; i < kKeys; ++i) {
+    if (home[i] != victim) continue;
+    absl::StatusOr<std::string> v = client->Get(key_of(i));
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kNotFound) << v.status();
+    ASSERT_TRUE(client->Put(key_of(i), "rewritten").ok());
+    EXPECT_EQ(*client->Get(key_of(i)), "rewritten");
+  }
+}
+
+}  // namespace
+}  // namespace meshpool

@@ -1,0 +1,48 @@
+// Shared by the multi-process integration tests: a local cluster of real
+// `meshpool` processes and a client connected to it.
+#ifndef MESHPOOL_TESTS_INTEGRATION_UTIL_H_
+#define MESHPOOL_TESTS_INTEGRATION_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "meshpool/client.h"
+#include "tools/local_cluster.h"
+
+namespace meshpool::testing {
+
+inline std::unique_ptr<tools::LocalCluster> StartCluster(
+    tools::LocalClusterOptions options) {
+  options.binary = MESHPOOL_BINARY;
+  auto cluster = tools::LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
+inline std::unique_ptr<Client> ConnectClient(const std::string& coordinator) {
+  ClientOptions options;
+  options.coordinator = coordinator;
+  auto client = Client::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// A value that names its key and version, so a reader can tell a torn or
+// foreign value from a real one.
+inline std::string MakeValue(const std::string& key, uint64_t version,
+                             size_t size) {
+  std::string v = key + "#" + std::to_string(version) + "#";
+  uint64_t x = std::hash<std::string>()(v);
+  while (v.size() < size) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v.push_back(static_cast<char>('a' + (x >> 59)));
+  }
+  v.resize(size);
+  return v;
+}
+
+}  // namespace meshpool::testing
+
+#endif  // MESHPOOL_TESTS_INTEGRATION_UTIL_H_
