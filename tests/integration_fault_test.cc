@@ -48,7 +48,7 @@ TEST(RaceTest, ConcurrentPutsAndGetsOfSameKeysNeverSeeTornOrForeignValues) {
   // seal, get reclaimed and reused many times during the test.
   options.capacity_bytes = 12 << 20;
   options.slab_bytes = 1 << 20;
-  options.node_args = {"--slab-lease", "300ms", "--read-lease", "150ms"};
+  options.node_args = {"--slab-lease", "1s", "--read-lease", "150ms"};
   auto cluster = StartCluster(options);
   ASSERT_NE(cluster, nullptr);
   auto writer_client = ConnectClient(cluster->coordinator_address());

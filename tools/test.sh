@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The second README command: install, build, and pass the whole test suite,
+# once in a normal build and once under AddressSanitizer + UBSan.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/tools/setup.sh"
+
+run_suite() {
+  local dir="$1"; shift
+  echo "=== meshpool tests: $dir ===" >&2
+  "$root/tools/build.sh" "$dir" "$@"
+  (cd "$dir" && ctest --output-on-failure --timeout 600 -j 2)
+}
+
+run_suite "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Sanitized: no benchmarks, and optimised enough that the suite stays quick.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_suite "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMESHPOOL_SANITIZE=ON -DMESHPOOL_BUILD_BENCH=OFF
+echo "meshpool: all tests passed (normal and ASan+UBSan builds)" >&2
