@@ -1,0 +1,209 @@
+// GET/PUT/DELETE protocols against a real node and coordinator in this
+// process, with the data path on the simulated fabric. The fabric's
+// before-execute hook lets a test change node memory exactly between two of
+// a client's one-sided operations: the interleavings the protocol must
+// survive but a real network produces only rarely.
+#include <atomic>
+#include <cstring>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "meshpool/client.h"
+#include "placement/placement.h"
+#include "rdma/rdma.h"
+#include "store/layout.h"
+#include "store/store.h"
+
+namespace meshpool {
+namespace {
+
+constexpr char kNodeName[] = "node-a";
+
+class ClientSimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device()();
+    std::cout << "seed=" << seed_ << std::endl;
+    fabric_ = rdma::SimFabric::Create(seed_);
+    auto coordinator = placement::Coordinator::Start({});
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    store::NodeOptions options;
+    options.coordinator = coordinator_->address();
+    options.capacity_bytes = 16 << 20;
+    options.slab_bytes = 1 << 20;
+    options.huge_pages = false;
+    auto node = store::Node::Start(options, fabric_->CreateTransport(kNodeName));
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = *std::move(node);
+    a_ = Connect("client-a");
+    b_ = Connect("client-b");
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+  }
+  void TearDown() override { fabric_->SetBeforeExecute(nullptr); }
+
+  std::unique_ptr<Client> Connect(const std::string& name) {
+    ClientOptions options;
+    options.coordinator = coordinator_->address();
+    options.transport = fabric_->CreateTransport(name);
+    options.op_timeout = absl::Seconds(2);
+    auto client = Client::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // Runs `action` once, right before the first request matching `match`
+  // executes; requests issued by `action` itself are not intercepted.
+  void InterceptOnce(std::function<bool(const rdma::WorkRequest&)> match,
+                     std::function<void(const rdma::WorkRequest&)> action) {
+    fabric_->SetBeforeExecute(
+        [this, match, action](absl::string_view, const rdma::WorkRequest& wr) {
+          if (in_hook_ || fired_ > 0 || !match(wr)) return;
+          in_hook_ = true;
+          ++fired_;
+          action(wr);
+          in_hook_ = false;
+        });
+  }
+
+  // An object READ: bucket READs are exactly one bucket long.
+  static bool IsObjectRead(const rdma::WorkRequest& wr) {
+    return wr.opcode == rdma::Opcode::kRead &&
+           wr.length != store::kBucketBytes && wr.length != 8;
+  }
+
+  uint64_t seed_;
+  std::shared_ptr<rdma::SimFabric> fabric_;
+  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<store::Node> node_;
+  std::unique_ptr<Client> a_, b_;
+  std::atomic<bool> in_hook_{false};
+  std::atomic<int> fired_{0};
+};
+
+TEST_F(ClientSimTest, GetRetriesWhenObjectReplacedMidRead) {
+  ASSERT_TRUE(a_->Put("k", std::string(1000, '1')).ok());
+  // Between A's index READ and its object READ, B replaces the value and
+  // the old object's memory is reused (scribbled over).
+  InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
+    ASSERT_TRUE(b_->Put("k", std::string(1000, '2')).ok());
+    std::memset(reinterpret_cast<void*>(wr.remote_addr), 0xEE,
+                store::kObjectHeaderBytes);
+  });
+  absl::StatusOr<std::string> v = a_->Get("k");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::string(1000, '2'));
+  EXPECT_EQ(fired_, 1);
+}
+
+TEST_F(ClientSimTest, GetNeverReturnsAValueWhoseBytesChangedMidRead) {
+  ASSERT_TRUE(a_->Put("k", std::string(5000, 'a')).ok());
+  // The old object's value bytes change under the READ (reuse without a
+  // header change): the digest must catch it, then the re-read finds B's.
+  InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
+    ASSERT_TRUE(b_->Put("k", std::string(5000, 'b')).ok());
+    char* value = reinterpret_cast<char*>(wr.remote_addr) +
+                  store::ValueOffset(1);
+    std::memset(value + 100, 'X', 10);
+  });
+  absl::StatusOr<std::string> v = a_->Get("k");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::string(5000, 'b'));
+}
+
+TEST_F(ClientSimTest, GetReturnsDataLossWhenObjectNeverVerifies) {
+  ASSERT_TRUE(a_->Put("k", std::string(300, 'v')).ok());
+  InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
+    // Persistent corruption of one value byte.
+    reinterpret_cast<char*>(wr.remote_addr)[store::ValueOffset(1) + 7] ^= 1;
+  });
+  absl::StatusOr<std::string> v = a_->Get("k");
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss) << v.status();
+  // The rest of the store is unaffected.
+  ASSERT_TRUE(a_->Put("other", "fine").ok());
+  EXPECT_EQ(*b_->Get("other"), "fine");
+}
+
+TEST_F(ClientSimTest, PutThatLosesItsCasRaceRetriesAndPublishesOnce) {
+  ASSERT_TRUE(a_->Put("k", "first").ok());
+  InterceptOnce(
+      [](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kCompareSwap;
+      },
+      [&](const rdma::WorkRequest&) {
+        ASSERT_TRUE(b_->Put("k", "from-b").ok());
+      });
+  ASSERT_TRUE(a_->Put("k", "from-a").ok());
+  EXPECT_EQ(fired_, 1);
+  EXPECT_EQ(*b_->Get("k"), "from-a");
+  // Exactly one slot held the key: one delete removes it.
+  ASSERT_TRUE(a_->Delete("k").ok());
+  EXPECT_EQ(b_->Get("k").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientSimTest, ConcurrentInsertOfANewKeyLeavesOneSlot) {
+  // A is about to CAS an empty slot for a new key; B inserts the same key
+  // first. A's CAS fails, it finds B's slot and replaces it.
+  InterceptOnce(
+      [](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kCompareSwap && wr.compare_add == 0;
+      },
+      [&](const rdma::WorkRequest&) {
+        ASSERT_TRUE(b_->Put("new", "b").ok());
+      });
+  ASSERT_TRUE(a_->Put("new", "a").ok());
+  EXPECT_EQ(*a_->Get("new"), "a");
+  ASSERT_TRUE(b_->Delete("new").ok());
+  EXPECT_FALSE(*a_->Exists("new"));
+}
+
+TEST_F(ClientSimTest, DeadNodeMakesOperationsUnavailableNotHang) {
+  ASSERT_TRUE(a_->Put("k", "v").ok());
+  fabric_->KillNode(kNodeName);
+  absl::StatusOr<std::string> v = a_->Get("k");
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+  EXPECT_NE(v.status().message().find("retry"), std::string::npos);
+  EXPECT_EQ(a_->Put("k2", "v").code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ClientSimTest, BrokenEndpointsReconnectOnTheNextCall) {
+  ASSERT_TRUE(a_->Put("k", "v").ok());
+  fabric_->BreakEndpoints(kNodeName);
+  absl::StatusOr<std::string> first = a_->Get("k");
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<std::string> second = a_->Get("k");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, "v");
+}
+
+TEST_F(ClientSimTest, DroppedRequestsFailTheCallAndLeaveNoHalfPut) {
+  rdma::SimFaults faults;
+  faults.drop_probability = 1.0;
+  fabric_->SetFaults(faults);
+  EXPECT_EQ(a_->Put("k", "v").code(), absl::StatusCode::kUnavailable);
+  fabric_->SetFaults({});
+  EXPECT_EQ(a_->Get("k").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(a_->Put("k", "v").ok());
+  EXPECT_EQ(*a_->Get("k"), "v");
+}
+
+TEST_F(ClientSimTest, DelayedRequestsStillCompleteInOrder) {
+  rdma::SimFaults faults;
+  faults.delay_probability = 0.5;
+  faults.max_delay_polls = 3;
+  fabric_->SetFaults(faults);
+  for (int i = 0; i < 50; ++i) {
+    std::string key = absl::StrCat("d", i);
+    ASSERT_TRUE(a_->Put(key, key + "-value").ok()) << key;
+  }
+  for (int i = 0; i < 50; ++i) {
+    std::string key = absl::StrCat("d", i);
+    EXPECT_EQ(*b_->Get(key), key + "-value");
+  }
+}
+
+}  // namespace
+}  // namespace meshpool
