@@ -1,0 +1,100 @@
+// Coordinator: wires Membership, the gRPC server and the reaper thread.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "placement/coordinator_service.h"
+#include "placement/membership.h"
+#include "placement/placement.h"
+
+namespace meshpool::placement {
+namespace {
+
+// Running calls get this long to finish at Shutdown before being cancelled.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+
+absl::Status ValidateOptions(const CoordinatorOptions& options) {
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_interval >= options.dead_after) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator: heartbeat_interval (", absl::FormatDuration(options.heartbeat_interval),
+        ") must be positive and below dead_after (", absl::FormatDuration(options.dead_after),
+        "); a few heartbeats should fit in dead_after"));
+  }
+  return absl::OkStatus();
+}
+
+// The host part of "host:port" / "[v6]:port"; loopback for wildcards.
+std::string ReachableHost(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    return "127.0.0.1";
+  }
+  return host;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
+  MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<Membership> membership,
+      Membership::Create(std::move(options.state), options.dead_after, options.clock));
+  std::unique_ptr<Coordinator> coordinator(
+      new Coordinator(std::move(membership), options.heartbeat_interval / 2));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      coordinator->server_,
+      CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
+                               options.heartbeat_interval));
+  coordinator->listen_host_ = ReachableHost(options.listen);
+  coordinator->reaper_ = std::thread([c = coordinator.get()] { c->ReaperLoop(); });
+  return coordinator;
+}
+
+Coordinator::Coordinator(std::unique_ptr<Membership> membership, absl::Duration reap_every)
+    : reap_every_(reap_every), membership_(std::move(membership)) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+std::string Coordinator::address() const {
+  return absl::StrCat(listen_host_, ":", server_->port());
+}
+
+proto::ClusterMap Coordinator::Map() const {
+  absl::StatusOr<proto::ClusterMap> map = membership_->Map();
+  if (!map.ok()) return proto::ClusterMap();
+  return *std::move(map);
+}
+
+void Coordinator::Shutdown() {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  membership_->Shutdown();  // ends watch streams first, so the grace is short
+  if (server_ != nullptr) server_->Shutdown(kShutdownGrace);
+  {
+    absl::MutexLock reaper_lock(&reaper_mu_);
+    reaper_stop_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+  done_.Notify();
+}
+
+void Coordinator::Wait() { done_.WaitForNotification(); }
+
+absl::StatusOr<int> Coordinator::Reap() { return membership_->Reap(); }
+
+// Reap errors (a state that cannot be read now) are retried next round.
+void Coordinator::ReaperLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&reaper_mu_);
+      if (reaper_mu_.AwaitWithTimeout(absl::Condition(&reaper_stop_), reap_every_)) return;
+    }
+    (void)Reap();
+  }
+}
+
+}  // namespace meshpool::placement

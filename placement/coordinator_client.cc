@@ -1,0 +1,197 @@
+// CoordinatorClient: a gRPC stub with deadlines, and the watch thread.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/common.h"
+#include "placement/placement.h"
+#include "proto/proto.h"
+
+namespace meshpool::placement {
+namespace {
+
+// A watch stream is re-opened this often even when healthy, so that a
+// coordinator that went silent (no RST) is noticed within this time.
+constexpr absl::Duration kWatchStreamLifetime = absl::Seconds(30);
+// Backoff between failed watch (re)connects.
+constexpr absl::Duration kWatchInitialBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kWatchMaxBackoff = absl::Seconds(2);
+static_assert(kWatchInitialBackoff < kWatchMaxBackoff);
+static_assert(kWatchMaxBackoff < kWatchStreamLifetime);
+// gRPC's own reconnect backoff on the channel (defaults start at 1 s).
+constexpr int kChannelMinReconnectMs = 100;
+constexpr int kChannelMaxReconnectMs = 2000;
+static_assert(kChannelMinReconnectMs < kChannelMaxReconnectMs);
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+// Runs one stream at a time on its own thread; see WatchClusterMap.
+class ClusterMapWatch final : public CoordinatorClient::Watch {
+ public:
+  ClusterMapWatch(std::shared_ptr<grpc::Channel> channel, uint64_t known_epoch,
+                  std::function<void(const proto::ClusterMap&)> on_map)
+      : stub_(proto::Coordinator::NewStub(channel)),
+        on_map_(std::move(on_map)),
+        known_epoch_(known_epoch),
+        thread_([this] { Run(); }) {}
+
+  ~ClusterMapWatch() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (context_ != nullptr) context_->TryCancel();
+    }
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    absl::Duration backoff = kWatchInitialBackoff;
+    while (true) {
+      const bool progressed = RunStream();
+      if (progressed) {
+        backoff = kWatchInitialBackoff;
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff)) return;
+      backoff = std::min(backoff * 2, kWatchMaxBackoff);
+    }
+  }
+
+  // One stream until it ends. True if it delivered a map or simply reached
+  // its lifetime (reconnect at once), false if it failed (back off). Returns
+  // false at once when stopping.
+  bool RunStream() {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(kWatchStreamLifetime));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return false;
+      context_ = &context;
+    }
+    proto::WatchClusterMapRequest request;
+    request.set_known_epoch(known_epoch_);
+    std::unique_ptr<grpc::ClientReader<proto::ClusterMap>> reader =
+        stub_->WatchClusterMap(&context, request);
+    bool progressed = false;
+    bool first = true;
+    proto::ClusterMap map;
+    while (reader->Read(&map)) {
+      // A first map below what we know: the coordinator lost its state.
+      if (map.epoch() > known_epoch_ || (first && map.epoch() < known_epoch_)) {
+        known_epoch_ = map.epoch();
+        on_map_(map);
+      }
+      first = false;
+      progressed = true;
+    }
+    const grpc::Status status = reader->Finish();
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+    if (stopping_) return false;
+    return progressed || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  }
+
+  const std::unique_ptr<proto::Coordinator::Stub> stub_;
+  const std::function<void(const proto::ClusterMap&)> on_map_;
+  uint64_t known_epoch_;  // only the watch thread touches it
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open stream
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace
+
+struct CoordinatorClient::Rpc {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<proto::Coordinator::Stub> stub;
+
+  // One unary call with the standard deadline; `call` invokes the stub.
+  template <typename Reply, typename Call>
+  absl::StatusOr<Reply> Unary(absl::string_view what, const std::string& address, Call call) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(kCoordinatorRpcTimeout));
+    Reply reply;
+    MESHPOOL_RETURN_IF_ERROR(FromGrpc(call(&context, &reply),
+                                      absl::StrCat(what, " at coordinator ", address)));
+    return reply;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    std::string address, absl::Duration timeout) {
+  if (address.empty()) {
+    return absl::InvalidArgumentError(
+        "no coordinator address; pass --coordinator host:port or set MESHPOOL_COORDINATOR");
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // control plane traffic is never proxied
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kChannelMaxReconnectMs);
+  auto rpc = std::make_unique<Rpc>();
+  rpc->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!rpc->channel->WaitForConnected(DeadlineIn(timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the meshpool coordinator at ", address, " within ",
+        absl::FormatDuration(timeout),
+        ": start one with `meshpool coordinator` and point --coordinator (or "
+        "MESHPOOL_COORDINATOR) at its host:port"));
+  }
+  rpc->stub = proto::Coordinator::NewStub(rpc->channel);
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(std::move(address), std::move(rpc)));
+}
+
+CoordinatorClient::CoordinatorClient(std::string address, std::unique_ptr<Rpc> rpc)
+    : address_(std::move(address)), rpc_(std::move(rpc)) {}
+
+CoordinatorClient::~CoordinatorClient() = default;
+
+const std::string& CoordinatorClient::address() const { return address_; }
+
+absl::StatusOr<proto::RegisterNodeReply> CoordinatorClient::RegisterNode(
+    const proto::NodeInfo& info) {
+  proto::RegisterNodeRequest request;
+  *request.mutable_info() = info;
+  return rpc_->Unary<proto::RegisterNodeReply>(
+      "RegisterNode", address_, [&](grpc::ClientContext* context, auto* reply) {
+        return rpc_->stub->RegisterNode(context, request, reply);
+      });
+}
+
+absl::StatusOr<proto::HeartbeatReply> CoordinatorClient::Heartbeat(
+    const proto::HeartbeatRequest& request) {
+  return rpc_->Unary<proto::HeartbeatReply>(
+      "Heartbeat", address_, [&](grpc::ClientContext* context, auto* reply) {
+        return rpc_->stub->Heartbeat(context, request, reply);
+      });
+}
+
+absl::StatusOr<proto::ClusterMap> CoordinatorClient::GetClusterMap() {
+  const proto::GetClusterMapRequest request;
+  return rpc_->Unary<proto::ClusterMap>(
+      "GetClusterMap", address_, [&](grpc::ClientContext* context, auto* reply) {
+        return rpc_->stub->GetClusterMap(context, request, reply);
+      });
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::WatchClusterMap(
+    uint64_t known_epoch, std::function<void(const proto::ClusterMap&)> on_map) {
+  if (!on_map) {
+    return absl::InvalidArgumentError("WatchClusterMap: on_map is empty; pass a callback");
+  }
+  return std::unique_ptr<Watch>(
+      std::make_unique<ClusterMapWatch>(rpc_->channel, known_epoch, std::move(on_map)));
+}
+
+}  // namespace meshpool::placement

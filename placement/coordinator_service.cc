@@ -1,0 +1,109 @@
+#include "placement/coordinator_service.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace meshpool::placement {
+
+CoordinatorService::CoordinatorService(Membership* membership,
+                                       absl::Duration heartbeat_interval)
+    : membership_(membership), heartbeat_interval_(heartbeat_interval) {}
+
+grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
+                                              const proto::RegisterNodeRequest* request,
+                                              proto::RegisterNodeReply* reply) {
+  absl::StatusOr<proto::RegisterNodeReply> result = membership_->Register(request->info());
+  if (!result.ok()) return ToGrpc(result.status());
+  *reply = *std::move(result);
+  reply->set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
+                                           const proto::HeartbeatRequest* request,
+                                           proto::HeartbeatReply* reply) {
+  absl::StatusOr<proto::HeartbeatReply> result = membership_->Heartbeat(*request);
+  if (!result.ok()) return ToGrpc(result.status());
+  *reply = *std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
+                                               const proto::GetClusterMapRequest* request,
+                                               proto::ClusterMap* reply) {
+  absl::StatusOr<proto::ClusterMap> map = membership_->Map();
+  if (!map.ok()) return ToGrpc(map.status());
+  *reply = *std::move(map);
+  return grpc::Status::OK;
+}
+
+// The sync API has no cancellation callback, so between epochs the handler
+// wakes every kWatchCancelPollInterval to look at IsCancelled().
+grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
+                                                 const proto::WatchClusterMapRequest* request,
+                                                 grpc::ServerWriter<proto::ClusterMap>* writer) {
+  // Zero wait: just read the current epoch.
+  Membership::EpochWait now =
+      membership_->AwaitEpochAbove(request->known_epoch(), absl::ZeroDuration());
+  uint64_t sent = request->known_epoch();
+  // Epoch below known_epoch: the client saw a map this coordinator lost
+  // (restarted without its state); it must take this one.
+  bool must_send = now.epoch < sent;
+  while (true) {
+    if (now.shut_down) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator is shutting down; reconnect to watch again");
+    }
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+    }
+    if (must_send || now.epoch > sent) {
+      absl::StatusOr<proto::ClusterMap> map = membership_->Map();
+      if (!map.ok()) return ToGrpc(map.status());
+      if (!writer->Write(*map)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+      }
+      sent = map->epoch();
+      must_send = false;
+    }
+    now = membership_->AwaitEpochAbove(sent, kWatchCancelPollInterval);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const std::string& listen, Membership* membership, absl::Duration heartbeat_interval) {
+  auto service = std::make_unique<CoordinatorService>(membership, heartbeat_interval);
+  grpc::ServerBuilder builder;
+  // Without this, gRPC sets SO_REUSEPORT and a second coordinator on the same
+  // port would silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator cannot listen on '", listen,
+        "': is another coordinator running there? Pick a free host:port (port 0 picks one)"));
+  }
+  return std::unique_ptr<CoordinatorServer>(
+      new CoordinatorServer(std::move(service), std::move(server), port));
+}
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorService> service,
+                                     std::unique_ptr<grpc::Server> server, int port)
+    : service_(std::move(service)), server_(std::move(server)), port_(port) {}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+}
+
+}  // namespace meshpool::placement

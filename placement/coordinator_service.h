@@ -1,0 +1,82 @@
+// meshpool/placement: the gRPC face of the coordinator.
+//
+// CoordinatorService translates meshpool.proto.Coordinator calls into
+// Membership calls and absl::Status into grpc::Status (ToGrpc); it holds no
+// state of its own. CoordinatorServer owns a grpc::Server serving it.
+// Only this pair (and coordinator_client.cc) touch gRPC types in placement/.
+#ifndef MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
+#define MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "placement/membership.h"
+#include "proto/proto.h"
+
+namespace meshpool::placement {
+
+// How often a watch stream handler checks whether its client went away
+// while no epoch changes.
+inline constexpr absl::Duration kWatchCancelPollInterval = absl::Milliseconds(200);
+
+// Thread-safe (gRPC calls it from its worker threads).
+class CoordinatorService final : public proto::Coordinator::Service {
+ public:
+  // `membership` is not owned and must outlive the service.
+  CoordinatorService(Membership* membership, absl::Duration heartbeat_interval);
+
+  grpc::Status RegisterNode(grpc::ServerContext* context,
+                            const proto::RegisterNodeRequest* request,
+                            proto::RegisterNodeReply* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const proto::HeartbeatRequest* request,
+                         proto::HeartbeatReply* reply) override;
+  grpc::Status GetClusterMap(grpc::ServerContext* context,
+                             const proto::GetClusterMapRequest* request,
+                             proto::ClusterMap* reply) override;
+  // Sends the current map at once when its epoch differs from known_epoch
+  // (newer; or older, when this coordinator lost the state the client saw),
+  // then each new epoch. Ends with UNAVAILABLE on Membership::Shutdown and
+  // CANCELLED when the client goes away.
+  grpc::Status WatchClusterMap(grpc::ServerContext* context,
+                               const proto::WatchClusterMapRequest* request,
+                               grpc::ServerWriter<proto::ClusterMap>* writer) override;
+
+ private:
+  Membership* const membership_;
+  const absl::Duration heartbeat_interval_;
+};
+
+// A started grpc::Server with one CoordinatorService. Not copyable.
+class CoordinatorServer {
+ public:
+  // Binds `listen` (host:port, port 0 picks one). FailedPrecondition when it
+  // cannot bind. `membership` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const std::string& listen, Membership* membership, absl::Duration heartbeat_interval);
+  ~CoordinatorServer();  // Shutdown(absl::ZeroDuration()) if not done yet
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  int port() const { return port_; }
+
+  // Stops accepting calls, waits up to `grace` for running ones, then
+  // cancels the rest. Callers end watch streams first (Membership::Shutdown)
+  // so the grace is not spent waiting on them. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  CoordinatorServer(std::unique_ptr<CoordinatorService> service,
+                    std::unique_ptr<grpc::Server> server, int port);
+
+  // Member order: the server stops and is destroyed before its service.
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  const int port_;
+  bool shut_down_ = false;  // Shutdown is called from one thread at a time
+};
+
+}  // namespace meshpool::placement
+
+#endif  // MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_

@@ -1,0 +1,174 @@
+#include "placement/membership.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "placement/placement.h"
+
+namespace meshpool::placement {
+namespace {
+
+constexpr absl::string_view kAssignedIdPrefix = "node-";
+
+// "node-<n>" with n one above the highest such n in the map (dead nodes
+// stay in the map, so an id is never handed out twice).
+std::string NextNodeId(const proto::ClusterMap& map) {
+  uint64_t highest = 0;
+  for (const proto::NodeEntry& entry : map.nodes()) {
+    absl::string_view id = entry.info().node_id();
+    uint64_t n = 0;
+    if (absl::ConsumePrefix(&id, kAssignedIdPrefix) && absl::SimpleAtoi(id, &n)) {
+      highest = std::max(highest, n);
+    }
+  }
+  return absl::StrCat(kAssignedIdPrefix, highest + 1);
+}
+
+absl::Status Invalid(const proto::NodeInfo& info, absl::string_view what) {
+  const std::string who = info.node_id().empty()
+                              ? std::string("a new node")
+                              : absl::StrCat("node '", info.node_id(), "'");
+  return absl::InvalidArgumentError(absl::StrCat("cannot register ", who, ": ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
+  if (info.node_id().size() > kMaxNodeIdBytes) {
+    return Invalid(info, absl::StrCat("node_id is ", info.node_id().size(),
+                                      " bytes; use at most ", kMaxNodeIdBytes));
+  }
+  if (info.transport_addresses().empty()) {
+    return Invalid(info, "no transport address; give at least one, e.g. tcp://127.0.0.1:7001");
+  }
+  for (const std::string& address : info.transport_addresses()) {
+    if (address.empty()) return Invalid(info, "a transport address is empty");
+  }
+  if (!info.has_pool() || info.pool().length() == 0) {
+    return Invalid(info, "no pool region; register the pool memory and send its RemoteRegion");
+  }
+  if (info.capacity_bytes() == 0) {
+    return Invalid(info, "capacity_bytes is 0; report the pool's usable bytes");
+  }
+  if (!info.has_layout() || info.layout().pool_bytes() == 0) {
+    return Invalid(info, "missing pool layout; send the node's PoolLayout");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
+    std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
+    std::function<absl::Time()> clock) {
+  if (state == nullptr) state = NewInMemoryCoordinatorState();
+  if (!clock) clock = [] { return absl::Now(); };
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state->Snapshot());
+  const int64_t start_ms = absl::ToUnixMillis(clock());
+  return std::unique_ptr<Membership>(
+      new Membership(std::move(state), dead_after, std::move(clock), map.epoch(), start_ms));
+}
+
+Membership::Membership(std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
+                       std::function<absl::Time()> clock, uint64_t epoch, int64_t start_ms)
+    : state_(std::move(state)),
+      dead_after_(dead_after),
+      clock_(std::move(clock)),
+      start_ms_(start_ms),
+      epoch_(epoch) {}
+
+int64_t Membership::NowMillis() const { return absl::ToUnixMillis(clock_()); }
+
+absl::Status Membership::CheckRunning() const {
+  if (!shut_down_) return absl::OkStatus();
+  return absl::UnavailableError("the coordinator is shutting down; retry against its successor");
+}
+
+absl::StatusOr<proto::RegisterNodeReply> Membership::Register(const proto::NodeInfo& info) {
+  MESHPOOL_RETURN_IF_ERROR(ValidateNodeInfo(info));
+  absl::MutexLock lock(&mu_);
+  MESHPOOL_RETURN_IF_ERROR(CheckRunning());
+  proto::NodeEntry entry;
+  *entry.mutable_info() = info;
+  if (info.node_id().empty()) {
+    MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+    entry.mutable_info()->set_node_id(NextNodeId(map));
+  } else {
+    absl::StatusOr<proto::NodeEntry> old = state_->FindNode(info.node_id());
+    if (!old.ok() && !absl::IsNotFound(old.status())) return old.status();
+    // The same process registering again (a retry) keeps its last stats; a
+    // new incarnation starts afresh.
+    if (old.ok() && old->info().incarnation() == info.incarnation()) {
+      *entry.mutable_stats() = old->stats();
+    }
+  }
+  entry.set_state(proto::NODE_ALIVE);
+  entry.set_last_heartbeat_unix_ms(NowMillis());
+  MESHPOOL_ASSIGN_OR_RETURN(epoch_, state_->UpsertNode(entry));
+  proto::RegisterNodeReply reply;
+  reply.set_node_id(entry.info().node_id());
+  reply.set_epoch(epoch_);
+  return reply;
+}
+
+absl::StatusOr<proto::HeartbeatReply> Membership::Heartbeat(
+    const proto::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  MESHPOOL_RETURN_IF_ERROR(CheckRunning());
+  proto::HeartbeatReply reply;
+  reply.set_epoch(epoch_);
+  absl::StatusOr<proto::NodeEntry> entry = state_->FindNode(request.node_id());
+  if (!entry.ok()) {
+    if (!absl::IsNotFound(entry.status())) return entry.status();
+    reply.set_known(false);
+    return reply;
+  }
+  if (entry->info().incarnation() != request.incarnation() ||
+      entry->state() != proto::NODE_ALIVE) {
+    reply.set_known(false);
+    return reply;
+  }
+  MESHPOOL_RETURN_IF_ERROR(
+      state_->RecordHeartbeat(request.node_id(), NowMillis(), request.stats()));
+  reply.set_known(true);
+  return reply;
+}
+
+absl::StatusOr<proto::ClusterMap> Membership::Map() const { return state_->Snapshot(); }
+
+absl::StatusOr<int> Membership::Reap() {
+  absl::MutexLock lock(&mu_);
+  MESHPOOL_RETURN_IF_ERROR(CheckRunning());
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+  const int64_t now_ms = NowMillis();
+  const int64_t dead_after_ms = absl::ToInt64Milliseconds(dead_after_);
+  int marked = 0;
+  for (const proto::NodeEntry& entry : map.nodes()) {
+    if (entry.state() != proto::NODE_ALIVE) continue;
+    const int64_t last_ms = std::max(entry.last_heartbeat_unix_ms(), start_ms_);
+    if (now_ms - last_ms < dead_after_ms) continue;
+    MESHPOOL_ASSIGN_OR_RETURN(epoch_, state_->MarkDead(entry.info().node_id()));
+    ++marked;
+  }
+  return marked;
+}
+
+Membership::EpochWait Membership::AwaitEpochAbove(uint64_t epoch,
+                                                  absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shut_down_ || epoch_ > epoch;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  return EpochWait{epoch_, shut_down_};
+}
+
+void Membership::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+}
+
+}  // namespace meshpool::placement

@@ -1,0 +1,3 @@
+meshpool_test(placement_test
+  SOURCES placement_rendezvous_test.cc placement_coordinator_test.cc
+  LIBS meshpool_placement)

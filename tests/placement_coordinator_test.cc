@@ -1,0 +1,460 @@
+// The coordinator over real gRPC on 127.0.0.1: membership, failure
+// detection, watch streams, client errors. Time is a fake clock; deaths are
+// driven by advancing it and calling the reaper through the test peer.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "placement/placement.h"
+#include "proto/proto.h"
+
+namespace meshpool::placement {
+
+class CoordinatorTestPeer {
+ public:
+  static absl::StatusOr<int> Reap(Coordinator& coordinator) { return coordinator.Reap(); }
+};
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// Generous bound for events that arrive in milliseconds; only a broken
+// coordinator ever waits this long.
+constexpr absl::Duration kEventTimeout = absl::Seconds(20);
+constexpr absl::Duration kDeadAfter = absl::Seconds(3);
+// So long that the background reaper never runs during a test: tests reap
+// through the peer instead.
+constexpr absl::Duration kQuietHeartbeat = absl::Hours(1);
+
+class FakeClock {
+ public:
+  absl::Time Now() const {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1700000000);
+};
+
+proto::NodeInfo ValidNode(const std::string& id = "", uint64_t incarnation = 1) {
+  proto::NodeInfo info;
+  info.set_node_id(id);
+  info.set_incarnation(incarnation);
+  info.set_capacity_bytes(uint64_t{1} << 30);
+  info.set_control_address("127.0.0.1:7000");
+  info.add_transport_addresses("tcp://127.0.0.1:7001");
+  info.mutable_pool()->set_addr(0x10000);
+  info.mutable_pool()->set_rkey(7);
+  info.mutable_pool()->set_length(uint64_t{1} << 30);
+  info.mutable_layout()->set_pool_bytes(uint64_t{1} << 30);
+  info.set_hostname("test");
+  return info;
+}
+
+const proto::NodeEntry* FindEntry(const proto::ClusterMap& map, const std::string& id) {
+  for (const proto::NodeEntry& entry : map.nodes()) {
+    if (entry.info().node_id() == id) return &entry;
+  }
+  return nullptr;
+}
+
+// Collects the maps a watch delivers.
+class MapCollector {
+ public:
+  std::function<void(const proto::ClusterMap&)> Callback() {
+    return [this](const proto::ClusterMap& map) {
+      absl::MutexLock lock(&mu_);
+      maps_.push_back(map);
+    };
+  }
+  // The first delivered map satisfying `wanted`; fails the test on timeout.
+  proto::ClusterMap AwaitMap(const std::function<bool(const proto::ClusterMap&)>& wanted,
+                             absl::string_view what) {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !maps_.empty() && wanted(maps_.back());
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&arrived), kEventTimeout)) {
+      ADD_FAILURE() << "no map with " << what << " within " << kEventTimeout;
+      return proto::ClusterMap();
+    }
+    for (const proto::ClusterMap& map : maps_) {
+      if (wanted(map)) return map;
+    }
+    return maps_.back();
+  }
+  proto::ClusterMap AwaitEpoch(uint64_t epoch) {
+    return AwaitMap([epoch](const proto::ClusterMap& map) { return map.epoch() >= epoch; },
+                    absl::StrCat("epoch >= ", epoch));
+  }
+  std::vector<uint64_t> Epochs() {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> epochs;
+    for (const proto::ClusterMap& map : maps_) epochs.push_back(map.epoch());
+    return epochs;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<proto::ClusterMap> maps_ ABSL_GUARDED_BY(mu_);
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(kQuietHeartbeat, absl::Hours(3) + kDeadAfter); }
+
+  void Start(absl::Duration heartbeat, absl::Duration dead_after,
+             std::string listen = "127.0.0.1:0") {
+    client_.reset();
+    coordinator_.reset();
+    dead_after_ = dead_after;
+    CoordinatorOptions options;
+    options.listen = std::move(listen);
+    options.heartbeat_interval = heartbeat;
+    options.dead_after = dead_after;
+    options.clock = [clock = &clock_] { return clock->Now(); };
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Start(std::move(options));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+        CoordinatorClient::Connect(coordinator_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  proto::RegisterNodeReply Register(const proto::NodeInfo& info) {
+    absl::StatusOr<proto::RegisterNodeReply> reply = client_->RegisterNode(info);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : proto::RegisterNodeReply();
+  }
+
+  proto::HeartbeatReply Beat(const std::string& id, uint64_t incarnation,
+                             uint64_t used_bytes = 0) {
+    proto::HeartbeatRequest request;
+    request.set_node_id(id);
+    request.set_incarnation(incarnation);
+    request.mutable_stats()->set_used_bytes(used_bytes);
+    absl::StatusOr<proto::HeartbeatReply> reply = client_->Heartbeat(request);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : proto::HeartbeatReply();
+  }
+
+  proto::ClusterMap RemoteMap() {
+    absl::StatusOr<proto::ClusterMap> map = client_->GetClusterMap();
+    EXPECT_TRUE(map.ok()) << map.status();
+    return map.ok() ? *map : proto::ClusterMap();
+  }
+
+  FakeClock clock_;
+  absl::Duration dead_after_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+TEST_F(CoordinatorTest, RegisterAssignsIdsAndBumpsEpoch) {
+  EXPECT_EQ(RemoteMap().epoch(), 0u);
+  const proto::RegisterNodeReply first = Register(ValidNode());
+  EXPECT_EQ(first.node_id(), "node-1");
+  EXPECT_EQ(first.epoch(), 1u);
+  EXPECT_EQ(first.heartbeat_interval_ms(), absl::ToInt64Milliseconds(kQuietHeartbeat));
+  const proto::RegisterNodeReply second = Register(ValidNode());
+  EXPECT_EQ(second.node_id(), "node-2");
+  EXPECT_EQ(second.epoch(), 2u);
+  EXPECT_EQ(Register(ValidNode("edge-a")).node_id(), "edge-a");
+  EXPECT_EQ(Register(ValidNode()).node_id(), "node-3");
+
+  const proto::ClusterMap map = RemoteMap();
+  EXPECT_EQ(map.epoch(), 4u);
+  ASSERT_EQ(map.nodes_size(), 4);
+  for (const proto::NodeEntry& entry : map.nodes()) {
+    EXPECT_EQ(entry.state(), proto::NODE_ALIVE) << entry.info().node_id();
+    EXPECT_EQ(entry.info().transport_addresses(0), "tcp://127.0.0.1:7001");
+    EXPECT_EQ(entry.last_heartbeat_unix_ms(), absl::ToUnixMillis(clock_.Now()));
+  }
+  EXPECT_EQ(coordinator_->Map().SerializeAsString(), map.SerializeAsString());
+}
+
+TEST_F(CoordinatorTest, ConcurrentRegistrationsGetDistinctIds) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 10;
+  absl::Mutex mu;
+  std::vector<std::string> ids;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        absl::StatusOr<proto::RegisterNodeReply> reply = client_->RegisterNode(ValidNode());
+        ASSERT_TRUE(reply.ok()) << reply.status();
+        absl::MutexLock lock(&mu);
+        ids.push_back(reply->node_id());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), kThreads * kPerThread);
+  EXPECT_EQ(RemoteMap().epoch(), static_cast<uint64_t>(kThreads * kPerThread));
+}
+
+TEST_F(CoordinatorTest, HeartbeatFromUnknownOrStaleNodeIsNotKnown) {
+  const std::string id = Register(ValidNode("", /*incarnation=*/5)).node_id();
+  EXPECT_FALSE(Beat("ghost", 5).known());
+  EXPECT_FALSE(Beat(id, 4).known());  // stale incarnation
+
+  const proto::HeartbeatReply reply = Beat(id, 5, /*used_bytes=*/12345);
+  EXPECT_TRUE(reply.known());
+  EXPECT_EQ(reply.epoch(), 1u);
+  const proto::ClusterMap map = RemoteMap();
+  EXPECT_EQ(map.epoch(), 1u) << "a heartbeat must not bump the epoch";
+  ASSERT_NE(FindEntry(map, id), nullptr);
+  EXPECT_EQ(FindEntry(map, id)->stats().used_bytes(), 12345u);
+}
+
+TEST_F(CoordinatorTest, SilentNodeIsDeclaredDead) {
+  const std::string silent = Register(ValidNode()).node_id();
+  const std::string chatty = Register(ValidNode()).node_id();
+  clock_.Advance(dead_after_ / 2);
+  ASSERT_TRUE(Beat(chatty, 1).known());
+  clock_.Advance(dead_after_ / 2 - absl::Milliseconds(1));
+  absl::StatusOr<int> reaped = CoordinatorTestPeer::Reap(*coordinator_);
+  ASSERT_TRUE(reaped.ok()) << reaped.status();
+  EXPECT_EQ(*reaped, 0) << "one millisecond early";
+  EXPECT_EQ(RemoteMap().epoch(), 2u);
+
+  clock_.Advance(absl::Milliseconds(1));
+  reaped = CoordinatorTestPeer::Reap(*coordinator_);
+  ASSERT_TRUE(reaped.ok()) << reaped.status();
+  EXPECT_EQ(*reaped, 1);
+  const proto::ClusterMap map = RemoteMap();
+  EXPECT_EQ(map.epoch(), 3u);
+  ASSERT_EQ(map.nodes_size(), 2) << "dead nodes stay in the map";
+  EXPECT_EQ(FindEntry(map, silent)->state(), proto::NODE_DEAD);
+  EXPECT_EQ(FindEntry(map, chatty)->state(), proto::NODE_ALIVE);
+  // The dead node must register again; placement skips it.
+  EXPECT_FALSE(Beat(silent, 1).known());
+  for (uint64_t key = 0; key < 100; ++key) {
+    const int home = HomeNode(map, key, ~key);
+    ASSERT_GE(home, 0);
+    EXPECT_EQ(map.nodes(home).info().node_id(), chatty);
+  }
+  // Reaping again changes nothing.
+  reaped = CoordinatorTestPeer::Reap(*coordinator_);
+  ASSERT_TRUE(reaped.ok());
+  EXPECT_EQ(*reaped, 0);
+  EXPECT_EQ(RemoteMap().epoch(), 3u);
+}
+
+TEST_F(CoordinatorTest, RestartedNodeReplacesItsEntry) {
+  const std::string id = Register(ValidNode("", 1)).node_id();
+  clock_.Advance(dead_after_);
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  ASSERT_EQ(FindEntry(RemoteMap(), id)->state(), proto::NODE_DEAD);
+
+  proto::NodeInfo restarted = ValidNode(id, 2);
+  restarted.set_control_address("127.0.0.1:7100");
+  const proto::RegisterNodeReply reply = Register(restarted);
+  EXPECT_EQ(reply.node_id(), id);
+  EXPECT_EQ(reply.epoch(), 3u);
+  const proto::ClusterMap map = RemoteMap();
+  ASSERT_EQ(map.nodes_size(), 1);
+  EXPECT_EQ(map.nodes(0).info().incarnation(), 2u);
+  EXPECT_EQ(map.nodes(0).info().control_address(), "127.0.0.1:7100");
+  EXPECT_EQ(map.nodes(0).state(), proto::NODE_ALIVE);
+  EXPECT_FALSE(Beat(id, 1).known()) << "the old incarnation is gone";
+  EXPECT_TRUE(Beat(id, 2).known());
+}
+
+TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
+  struct Case {
+    std::string what;
+    proto::NodeInfo info;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"transport address", ValidNode()});
+  cases.back().info.clear_transport_addresses();
+  cases.push_back({"transport address is empty", ValidNode()});
+  cases.back().info.set_transport_addresses(0, "");
+  cases.push_back({"pool region", ValidNode()});
+  cases.back().info.clear_pool();
+  cases.push_back({"capacity", ValidNode()});
+  cases.back().info.set_capacity_bytes(0);
+  cases.push_back({"layout", ValidNode()});
+  cases.back().info.clear_layout();
+  cases.push_back({"node_id", ValidNode(std::string(kMaxNodeIdBytes + 1, 'n'))});
+  for (const Case& c : cases) {
+    absl::StatusOr<proto::RegisterNodeReply> reply = client_->RegisterNode(c.info);
+    ASSERT_FALSE(reply.ok()) << c.what;
+    EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument) << reply.status();
+    EXPECT_THAT(std::string(reply.status().message()), HasSubstr(c.what));
+  }
+  EXPECT_EQ(RemoteMap().epoch(), 0u);
+  EXPECT_EQ(RemoteMap().nodes_size(), 0);
+}
+
+TEST_F(CoordinatorTest, WatchSeesInitialMapJoinAndDeath) {
+  const std::string first = Register(ValidNode()).node_id();
+  MapCollector maps;
+  absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> watch =
+      client_->WatchClusterMap(0, maps.Callback());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  EXPECT_EQ(maps.AwaitEpoch(1).nodes_size(), 1);
+
+  const std::string second = Register(ValidNode()).node_id();
+  const proto::ClusterMap joined = maps.AwaitEpoch(2);
+  EXPECT_EQ(joined.epoch(), 2u);
+  ASSERT_NE(FindEntry(joined, second), nullptr);
+
+  clock_.Advance(dead_after_ / 2);
+  ASSERT_TRUE(Beat(second, 1).known());
+  clock_.Advance(dead_after_ / 2);
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  const proto::ClusterMap died = maps.AwaitEpoch(3);
+  EXPECT_EQ(died.epoch(), 3u);
+  EXPECT_EQ(FindEntry(died, first)->state(), proto::NODE_DEAD);
+  EXPECT_EQ(FindEntry(died, second)->state(), proto::NODE_ALIVE);
+  EXPECT_EQ(maps.Epochs(), (std::vector<uint64_t>{1, 2, 3}));
+}
+
+TEST_F(CoordinatorTest, WatchFromCurrentEpochGetsOnlyNewerMaps) {
+  Register(ValidNode());
+  Register(ValidNode());
+  MapCollector maps;
+  auto watch = client_->WatchClusterMap(2, maps.Callback());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  Register(ValidNode());
+  EXPECT_EQ(maps.AwaitEpoch(3).epoch(), 3u);
+  EXPECT_EQ(maps.Epochs(), (std::vector<uint64_t>{3}));
+}
+
+TEST_F(CoordinatorTest, BackgroundReaperDeclaresSilentNodeDead) {
+  Start(absl::Milliseconds(10), kDeadAfter);
+  const std::string id = Register(ValidNode()).node_id();
+  MapCollector maps;
+  auto watch = client_->WatchClusterMap(1, maps.Callback());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  clock_.Advance(kDeadAfter);  // the reaper thread notices on its own
+  const proto::ClusterMap died = maps.AwaitEpoch(2);
+  ASSERT_NE(FindEntry(died, id), nullptr);
+  EXPECT_EQ(FindEntry(died, id)->state(), proto::NODE_DEAD);
+}
+
+TEST_F(CoordinatorTest, WatchResumesAfterCoordinatorRestartsWithoutState) {
+  Register(ValidNode());
+  Register(ValidNode());
+  MapCollector maps;
+  auto watch = client_->WatchClusterMap(0, maps.Callback());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_EQ(maps.AwaitEpoch(2).epoch(), 2u);
+
+  // Same port, fresh in-memory state: epoch 0 < the 2 the watch knows.
+  // Start() also destroys the client: the watch outlives it.
+  const std::string address = coordinator_->address();
+  Start(kQuietHeartbeat, absl::Hours(3), address);
+  Register(ValidNode("after-restart"));
+  const proto::ClusterMap map = maps.AwaitMap(
+      [](const proto::ClusterMap& m) { return FindEntry(m, "after-restart") != nullptr; },
+      "the node registered after the restart");
+  EXPECT_EQ(map.epoch(), 1u);
+  const std::vector<uint64_t> epochs = maps.Epochs();
+  // The watch starts at the current map (epoch 2), then takes the restarted
+  // coordinator's lower epoch (0 or 1, depending on when it reconnected).
+  ASSERT_GE(epochs.size(), 2u);
+  EXPECT_EQ(epochs[0], 2u);
+  EXPECT_LT(epochs[1], 2u);
+}
+
+TEST_F(CoordinatorTest, ShutdownEndsWatchStreamsWithUnavailable) {
+  Register(ValidNode());
+  auto channel = grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Coordinator::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kEventTimeout));
+  proto::WatchClusterMapRequest request;
+  auto reader = stub->WatchClusterMap(&context, request);
+  proto::ClusterMap map;
+  ASSERT_TRUE(reader->Read(&map));
+  EXPECT_EQ(map.epoch(), 1u);
+
+  coordinator_->Shutdown();
+  coordinator_->Shutdown();  // idempotent
+  coordinator_->Wait();      // returns: Shutdown is done
+  EXPECT_FALSE(reader->Read(&map));
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+
+  absl::StatusOr<proto::ClusterMap> after = client_->GetClusterMap();
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+}
+
+TEST(CoordinatorClientTest, ConnectWhereNothingListensIsUnavailable) {
+  // A bound but not listening socket: connections to its port are refused,
+  // and no other process can take the port while we hold it.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t length = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(address, absl::Milliseconds(300));
+  close(fd);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  const std::string message(client.status().message());
+  EXPECT_THAT(message, HasSubstr(address));
+  EXPECT_THAT(message, HasSubstr("meshpool coordinator"));
+  EXPECT_THAT(message, HasSubstr("--coordinator"));
+  EXPECT_THAT(message, HasSubstr("MESHPOOL_COORDINATOR"));
+}
+
+TEST(CoordinatorClientTest, ConnectWithoutAddressIsInvalidArgument) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect("");
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CoordinatorStartTest, BadOptionsAreInvalidArgument) {
+  CoordinatorOptions options;
+  options.heartbeat_interval = absl::Seconds(5);
+  options.dead_after = absl::Seconds(3);
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(std::move(options));
+  ASSERT_FALSE(coordinator.ok());
+  EXPECT_EQ(coordinator.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CoordinatorStartTest, PortInUseIsFailedPrecondition) {
+  absl::StatusOr<std::unique_ptr<Coordinator>> first = Coordinator::Start(CoordinatorOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  CoordinatorOptions options;
+  options.listen = (*first)->address();
+  absl::StatusOr<std::unique_ptr<Coordinator>> second = Coordinator::Start(std::move(options));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+}
+
+}  // namespace
+}  // namespace meshpool::placement

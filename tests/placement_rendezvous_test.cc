@@ -1,0 +1,174 @@
+// Weighted rendezvous placement: HomeNode and RankNodes.
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "placement/placement.h"
+
+namespace meshpool::placement {
+namespace {
+
+constexpr int kKeys = 20000;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+struct KeyHash {
+  uint64_t lo;
+  uint64_t hi;
+};
+
+// Random key hashes from a printed seed.
+std::vector<KeyHash> RandomKeys(int count) {
+  const uint64_t seed = std::random_device{}();
+  std::cout << "seed=" << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  std::vector<KeyHash> keys(count);
+  for (KeyHash& key : keys) key = KeyHash{rng(), rng()};
+  return keys;
+}
+
+void AddNode(proto::ClusterMap& map, const std::string& id, uint64_t capacity,
+             proto::NodeState state = proto::NODE_ALIVE) {
+  proto::NodeEntry* entry = map.add_nodes();
+  entry->mutable_info()->set_node_id(id);
+  entry->mutable_info()->set_capacity_bytes(capacity);
+  entry->set_state(state);
+}
+
+proto::ClusterMap EqualNodes(int count) {
+  proto::ClusterMap map;
+  for (int i = 1; i <= count; ++i) AddNode(map, absl::StrCat("node-", i), kGiB);
+  return map;
+}
+
+std::string HomeId(const proto::ClusterMap& map, const KeyHash& key) {
+  const int home = HomeNode(map, key.lo, key.hi);
+  return home < 0 ? std::string() : map.nodes(home).info().node_id();
+}
+
+TEST(RendezvousTest, HomeIsDeterministicAndIndependentOfNodeOrder) {
+  const proto::ClusterMap map = EqualNodes(10);
+  proto::ClusterMap reversed;
+  for (int i = map.nodes_size() - 1; i >= 0; --i) *reversed.add_nodes() = map.nodes(i);
+  for (const KeyHash& key : RandomKeys(2000)) {
+    const std::string home = HomeId(map, key);
+    ASSERT_FALSE(home.empty());
+    EXPECT_EQ(HomeId(map, key), home);
+    EXPECT_EQ(HomeId(reversed, key), home);
+  }
+}
+
+TEST(RendezvousTest, JoiningNodeTakesOnlyItsShareOfKeys) {
+  constexpr int kNodes = 10;
+  const proto::ClusterMap before = EqualNodes(kNodes);
+  proto::ClusterMap after = before;
+  AddNode(after, "node-joined", kGiB);
+  int moved = 0;
+  for (const KeyHash& key : RandomKeys(kKeys)) {
+    const std::string old_home = HomeId(before, key);
+    const std::string new_home = HomeId(after, key);
+    if (old_home == new_home) continue;
+    ++moved;
+    // A key moves only to the newcomer, never between the old nodes.
+    ASSERT_EQ(new_home, "node-joined") << "key moved from " << old_home;
+  }
+  // Expected 1/11 = 0.0909; one standard deviation is 0.002 at this sample.
+  const double fraction = static_cast<double>(moved) / kKeys;
+  std::cout << "moved fraction=" << fraction << std::endl;
+  EXPECT_NEAR(fraction, 1.0 / (kNodes + 1), 0.02);
+}
+
+TEST(RendezvousTest, DyingNodeLosesOnlyItsOwnKeys) {
+  const proto::ClusterMap before = EqualNodes(8);
+  proto::ClusterMap after = before;
+  after.mutable_nodes(3)->set_state(proto::NODE_DEAD);
+  const std::string dead = before.nodes(3).info().node_id();
+  for (const KeyHash& key : RandomKeys(kKeys)) {
+    const std::string old_home = HomeId(before, key);
+    const std::string new_home = HomeId(after, key);
+    ASSERT_NE(new_home, dead);
+    if (old_home != dead) {
+      ASSERT_EQ(new_home, old_home);
+    }
+  }
+}
+
+TEST(RendezvousTest, NodeWithTwiceTheCapacityGetsTwiceTheKeys) {
+  proto::ClusterMap map;
+  AddNode(map, "big", 2 * kGiB);
+  AddNode(map, "small-a", kGiB);
+  AddNode(map, "small-b", kGiB);
+  std::vector<int> counts(map.nodes_size(), 0);
+  for (const KeyHash& key : RandomKeys(kKeys)) {
+    const int home = HomeNode(map, key.lo, key.hi);
+    ASSERT_GE(home, 0);
+    ++counts[home];
+  }
+  // Expected shares 1/2, 1/4, 1/4; one standard deviation is <= 0.0036, so
+  // 0.03 is more than 8 of them.
+  std::cout << "counts big=" << counts[0] << " small-a=" << counts[1]
+            << " small-b=" << counts[2] << std::endl;
+  EXPECT_NEAR(static_cast<double>(counts[0]) / kKeys, 0.5, 0.03);
+  EXPECT_NEAR(static_cast<double>(counts[1]) / kKeys, 0.25, 0.03);
+  EXPECT_NEAR(static_cast<double>(counts[2]) / kKeys, 0.25, 0.03);
+}
+
+TEST(RendezvousTest, DeadAndZeroCapacityNodesAreNeverChosen) {
+  proto::ClusterMap map = EqualNodes(5);
+  map.mutable_nodes(0)->set_state(proto::NODE_DEAD);
+  map.mutable_nodes(2)->set_state(proto::NODE_DEAD);
+  map.mutable_nodes(4)->mutable_info()->set_capacity_bytes(0);
+  const std::set<int> eligible = {1, 3};
+  for (const KeyHash& key : RandomKeys(kKeys)) {
+    ASSERT_TRUE(eligible.count(HomeNode(map, key.lo, key.hi)));
+    const std::vector<int> ranked = RankNodes(map, key.lo, key.hi, 5);
+    ASSERT_EQ(std::set<int>(ranked.begin(), ranked.end()), eligible);
+  }
+}
+
+TEST(RendezvousTest, NoAliveNodeGivesMinusOne) {
+  const proto::ClusterMap empty;
+  EXPECT_EQ(HomeNode(empty, 1, 2), -1);
+  EXPECT_TRUE(RankNodes(empty, 1, 2, 3).empty());
+  proto::ClusterMap all_dead = EqualNodes(3);
+  for (proto::NodeEntry& entry : *all_dead.mutable_nodes()) entry.set_state(proto::NODE_DEAD);
+  EXPECT_EQ(HomeNode(all_dead, 1, 2), -1);
+  EXPECT_TRUE(RankNodes(all_dead, 1, 2, 3).empty());
+  proto::ClusterMap unspecified;
+  AddNode(unspecified, "fresh", kGiB, proto::NODE_STATE_UNSPECIFIED);
+  EXPECT_EQ(HomeNode(unspecified, 1, 2), -1);
+}
+
+TEST(RendezvousTest, RankNodesAreDistinctAndStartWithTheHome) {
+  const proto::ClusterMap map = EqualNodes(8);
+  for (const KeyHash& key : RandomKeys(2000)) {
+    const std::vector<int> three = RankNodes(map, key.lo, key.hi, 3);
+    ASSERT_EQ(three.size(), 3u);
+    EXPECT_EQ(std::set<int>(three.begin(), three.end()).size(), 3u);
+    EXPECT_EQ(three[0], HomeNode(map, key.lo, key.hi));
+    // A longer ranking extends the shorter one.
+    const std::vector<int> all = RankNodes(map, key.lo, key.hi, 100);
+    ASSERT_EQ(all.size(), 8u);
+    EXPECT_TRUE(std::equal(three.begin(), three.end(), all.begin()));
+    EXPECT_EQ(std::set<int>(all.begin(), all.end()).size(), 8u);
+  }
+  EXPECT_TRUE(RankNodes(map, 1, 2, 0).empty());
+}
+
+TEST(RendezvousTest, LongNodeIdsFromHandBuiltMapsStillHash) {
+  proto::ClusterMap map;
+  AddNode(map, std::string(kMaxNodeIdBytes * 4, 'x'), kGiB);
+  AddNode(map, std::string(kMaxNodeIdBytes * 4, 'y'), kGiB);
+  std::set<int> homes;
+  for (const KeyHash& key : RandomKeys(200)) homes.insert(HomeNode(map, key.lo, key.hi));
+  EXPECT_EQ(homes, (std::set<int>{0, 1}));
+}
+
+}  // namespace
+}  // namespace meshpool::placement
