@@ -1,0 +1,1 @@
+meshpool_bench(store_bench SOURCES store_bench.cc LIBS meshpool_store)

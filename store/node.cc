@@ -1,0 +1,328 @@
+// Node::Start wiring and the node's two background loops (heartbeat and
+// reclamation). Teardown order is NodeImpl's member order, reversed: threads
+// and the gRPC server stop first (Shutdown), then the region and transport
+// (no more one-sided access), then the slab manager, and the pool last.
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/common.h"
+#include "placement/placement.h"
+#include "store/layout.h"
+#include "store/node_service.h"
+#include "store/pool.h"
+#include "store/slab_manager.h"
+#include "store/store.h"
+
+namespace meshpool::store {
+namespace {
+
+// Used when the coordinator's reply names no heartbeat interval.
+constexpr absl::Duration kDefaultHeartbeatInterval = absl::Seconds(1);
+
+void Log(absl::string_view message) {
+  std::cerr << "meshpool node: " << message << "\n";
+}
+
+uint64_t NewIncarnation() {
+  absl::BitGen gen;
+  uint64_t incarnation = 0;
+  while (incarnation == 0) incarnation = absl::Uniform<uint64_t>(gen);
+  return incarnation;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+absl::Status CheckOptions(const NodeOptions& o) {
+  if (o.coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "NodeOptions.coordinator is empty; set it to the host:port of a "
+        "running coordinator (`meshpool coordinator`)");
+  }
+  if (o.capacity_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "NodeOptions.capacity_bytes is 0; give the pool a size, e.g. 1GiB");
+  }
+  if (o.reclaim_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "NodeOptions.reclaim_interval must be > 0, e.g. 200ms");
+  }
+  for (auto [name, d] : {std::pair{"slab_lease", o.slab_lease},
+                         std::pair{"max_read_lease", o.max_read_lease}}) {
+    if (d <= absl::ZeroDuration() || d > kMaxLease) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NodeOptions.", name, " is ", absl::FormatDuration(d),
+          "; give a duration in (0, ", absl::FormatDuration(kMaxLease), "]"));
+    }
+  }
+  if (o.coordinator_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "NodeOptions.coordinator_timeout must be > 0, e.g. 3s");
+  }
+  return absl::OkStatus();
+}
+
+void WriteSuperblock(char* pool, const PoolLayout& l, uint64_t incarnation) {
+  Superblock sb{};
+  sb.magic = kSuperblockMagic;
+  sb.version = kFormatVersion;
+  sb.incarnation = incarnation;
+  sb.pool_bytes = l.pool_bytes;
+  sb.index_offset = l.index_offset;
+  sb.bucket_count = l.bucket_count;
+  sb.slab_area_offset = l.slab_area_offset;
+  sb.slab_bytes = l.slab_bytes;
+  sb.slab_count = l.slab_count;
+  std::memset(pool, 0, kSuperblockBytes);
+  std::memcpy(pool, &sb, sizeof(sb));
+  std::memset(pool + l.index_offset, 0, l.bucket_count * kBucketBytes);
+}
+
+void ToProto(const PoolLayout& l, proto::PoolLayout* out) {
+  out->set_pool_bytes(l.pool_bytes);
+  out->set_index_offset(l.index_offset);
+  out->set_bucket_count(l.bucket_count);
+  out->set_slab_area_offset(l.slab_area_offset);
+  out->set_slab_bytes(l.slab_bytes);
+  out->set_slab_count(l.slab_count);
+}
+
+}  // namespace
+
+class NodeImpl {
+ public:
+  static absl::StatusOr<std::unique_ptr<NodeImpl>> Start(
+      NodeOptions options, std::unique_ptr<rdma::Transport> transport);
+  ~NodeImpl() { Shutdown(); }
+
+  const proto::NodeInfo& info() const { return info_; }
+  proto::NodeStats Stats() const;
+  void Shutdown();
+  void Wait() { done_.WaitForNotification(); }
+
+ private:
+  NodeImpl(NodeOptions options, Pool pool,
+           std::unique_ptr<rdma::Transport> transport)
+      : options_(std::move(options)),
+        pool_(std::move(pool)),
+        transport_(std::move(transport)) {}
+
+  absl::Status Serve(const PoolLayout& layout);  // region, listen, gRPC
+  absl::Status Register();
+  void HeartbeatLoop();
+  void ReclaimLoop();
+  // Waits up to `d`; true once Shutdown has begun.
+  bool WaitForStop(absl::Duration d);
+
+  const NodeOptions options_;
+  const uint64_t incarnation_ = NewIncarnation();
+  Pool pool_;
+  std::unique_ptr<rdma::Transport> transport_;
+  std::unique_ptr<rdma::MemoryRegion> region_;
+  std::unique_ptr<SlabManager> slabs_;
+  std::unique_ptr<NodeServer> server_;
+  std::unique_ptr<placement::CoordinatorClient> coordinator_;
+  proto::NodeInfo info_;  // immutable once Start returns
+  absl::Duration heartbeat_interval_ = kDefaultHeartbeatInterval;
+
+  absl::Mutex stop_mu_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  absl::Mutex shutdown_mu_;  // held for the whole of Shutdown
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Notification done_;
+  // Last: joined in Shutdown, before anything they use goes away.
+  std::thread heartbeat_;
+  std::thread reclaimer_;
+};
+
+absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
+    NodeOptions options, std::unique_ptr<rdma::Transport> transport) {
+  MESHPOOL_RETURN_IF_ERROR(CheckOptions(options));
+  if (transport == nullptr) {
+    return absl::InvalidArgumentError("Node::Start needs a transport");
+  }
+  absl::StatusOr<PoolLayout> layout = ComputeLayout(
+      options.capacity_bytes, options.slab_bytes, options.bucket_count);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NodeOptions: ", layout.status().message()));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(
+      Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages));
+  Log(absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
+                   PageKindName(pool.page_kind())));
+  std::unique_ptr<NodeImpl> node(
+      new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
+  WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);
+  MESHPOOL_RETURN_IF_ERROR(node->Serve(*layout));
+  MESHPOOL_RETURN_IF_ERROR(node->Register());
+  node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
+  node->reclaimer_ = std::thread([n = node.get()] { n->ReclaimLoop(); });
+  return node;
+}
+
+absl::Status NodeImpl::Serve(const PoolLayout& layout) {
+  SlabManagerOptions slab_options;
+  slab_options.layout = layout;
+  slab_options.lease = options_.slab_lease;
+  slab_options.max_read_lease = options_.max_read_lease;
+  slab_options.clock = options_.clock;
+  absl::StatusOr<std::unique_ptr<SlabManager>> slabs =
+      SlabManager::Create(std::move(slab_options), pool_.data());
+  if (!slabs.ok()) {
+    return absl::Status(slabs.status().code(),
+                        absl::StrCat("NodeOptions: ", slabs.status().message()));
+  }
+  slabs_ = *std::move(slabs);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      region_, transport_->RegisterMemory(pool_.data(), pool_.size()));
+  MESHPOOL_ASSIGN_OR_RETURN(std::string transport_address,
+                            transport_->Listen(options_.transport_bind));
+  NodeServiceDeps deps;
+  deps.slabs = slabs_.get();
+  deps.transport = transport_.get();
+  deps.incarnation = incarnation_;
+  deps.stats = [this] { return Stats(); };
+  MESHPOOL_ASSIGN_OR_RETURN(
+      server_, NodeServer::Start(options_.control_listen, std::move(deps)));
+
+  info_.set_node_id(options_.node_id);
+  info_.set_incarnation(incarnation_);
+  info_.set_capacity_bytes(options_.capacity_bytes);
+  info_.set_control_address(server_->address());
+  info_.add_transport_addresses(transport_address);
+  rdma::RemoteRegion remote = region_->remote();
+  info_.mutable_pool()->set_addr(remote.addr);
+  info_.mutable_pool()->set_rkey(remote.rkey);
+  info_.mutable_pool()->set_length(remote.length);
+  ToProto(layout, info_.mutable_layout());
+  info_.set_hostname(HostName());
+  info_.set_max_read_lease_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.max_read_lease)));
+  return absl::OkStatus();
+}
+
+absl::Status NodeImpl::Register() {
+  absl::StatusOr<std::unique_ptr<placement::CoordinatorClient>> client =
+      placement::CoordinatorClient::Connect(options_.coordinator,
+                                            options_.coordinator_timeout);
+  if (!client.ok()) {
+    return absl::Status(
+        client.status().code(),
+        absl::StrCat("memory node cannot reach its coordinator: ",
+                     client.status().message()));
+  }
+  coordinator_ = *std::move(client);
+  MESHPOOL_ASSIGN_OR_RETURN(proto::RegisterNodeReply reply,
+                            coordinator_->RegisterNode(info_));
+  info_.set_node_id(reply.node_id());
+  if (reply.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
+  }
+  Log(absl::StrCat("registered as ", reply.node_id(), " (incarnation ",
+                   incarnation_, ", epoch ", reply.epoch(), ") serving ",
+                   info_.transport_addresses(0), ", control ",
+                   info_.control_address()));
+  return absl::OkStatus();
+}
+
+bool NodeImpl::WaitForStop(absl::Duration d) {
+  absl::MutexLock lock(&stop_mu_);
+  return stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), d);
+}
+
+void NodeImpl::HeartbeatLoop() {
+  bool reachable = true;  // log transitions only, not every failure
+  while (!WaitForStop(heartbeat_interval_)) {
+    proto::HeartbeatRequest request;
+    request.set_node_id(info_.node_id());
+    request.set_incarnation(incarnation_);
+    *request.mutable_stats() = Stats();
+    absl::StatusOr<proto::HeartbeatReply> reply =
+        coordinator_->Heartbeat(request);
+    if (!reply.ok()) {
+      if (reachable) Log(absl::StrCat("heartbeat failed: ", reply.status().ToString()));
+      reachable = false;
+      continue;
+    }
+    if (!reachable) Log("coordinator reachable again");
+    reachable = true;
+    if (reply->known()) continue;
+    // The coordinator forgot us (restart without state) or declared us dead.
+    absl::StatusOr<proto::RegisterNodeReply> again =
+        coordinator_->RegisterNode(info_);
+    if (!again.ok()) {
+      Log(absl::StrCat("registering again failed: ", again.status().ToString()));
+    } else if (again->node_id() != info_.node_id()) {
+      Log(absl::StrCat("coordinator renamed this node to ", again->node_id(),
+                       "; keeping ", info_.node_id()));
+    } else {
+      Log(absl::StrCat("registered again, epoch ", again->epoch()));
+    }
+  }
+}
+
+void NodeImpl::ReclaimLoop() {
+  while (!WaitForStop(options_.reclaim_interval)) slabs_->Reclaim();
+}
+
+proto::NodeStats NodeImpl::Stats() const {
+  SlabCounts c = slabs_->Counts();
+  proto::NodeStats s;
+  s.set_capacity_bytes(options_.capacity_bytes);
+  s.set_used_bytes(c.used_bytes);
+  s.set_objects(c.objects);
+  s.set_slabs_total(c.total);
+  s.set_slabs_free(c.free);
+  s.set_slabs_granted(c.granted);
+  s.set_slabs_sealed(c.sealed);
+  s.set_slabs_reclaimed(c.reclaimed);
+  s.set_index_slots(c.index_slots);
+  return s;
+}
+
+void NodeImpl::Shutdown() {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  {
+    absl::MutexLock stop_lock(&stop_mu_);
+    stop_ = true;
+  }
+  if (server_ != nullptr) server_->Shutdown(NodeServer::kDefaultShutdownDeadline);
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (reclaimer_.joinable()) reclaimer_.join();
+  region_.reset();     // before the transport that registered it
+  transport_.reset();  // ends one-sided access; the pool outlives it
+  done_.Notify();
+}
+
+Node::Node(std::unique_ptr<NodeImpl> impl) : impl_(std::move(impl)) {}
+Node::~Node() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<Node>> Node::Start(
+    NodeOptions options, std::unique_ptr<rdma::Transport> transport) {
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<NodeImpl> impl,
+      NodeImpl::Start(std::move(options), std::move(transport)));
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+const proto::NodeInfo& Node::info() const { return impl_->info(); }
+proto::NodeStats Node::Stats() const { return impl_->Stats(); }
+void Node::Shutdown() { impl_->Shutdown(); }
+void Node::Wait() { impl_->Wait(); }
+
+}  // namespace meshpool::store

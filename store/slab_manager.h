@@ -1,0 +1,162 @@
+// meshpool/store/slab_manager.h: who may write where in a node's slab area,
+// and when memory of dead objects is reused.
+//
+// Clients allocate without an RPC per PUT: the node leases them whole slabs
+// and they carve objects out of them. A slab goes
+//
+//   FREE --Grant--> GRANTED(client, lease end) --lease over / Release-->
+//   SEALED --Reclaim, twice unreferenced, grace apart--> FREE
+//
+// and only reclamation makes a slab FREE again. A slab holds objects whose
+// index slots may still point at it, so a SEALED slab is freed only when no
+// index slot references it at two reclamation passes at least `grace` apart;
+// a reader that fetched a slot before it changed finishes within
+// max_read_lease, so it never sees the slab's bytes reused.
+//
+// Time relations (all enforced or stated here):
+//   * The client is told `lease`; the node seals the slab only at
+//     grant time + lease + kLeaseMargin. A client checks its lease before its
+//     publishing CAS; kLeaseMargin covers the time from that check until the
+//     CAS lands, so no object is ever published into a slab the node sealed.
+//   * grace = max_read_lease + kReclaimMargin: a GET that read a slot before
+//     the first zero-reference pass has finished before the slab is reused.
+//
+// Thread-safety: SlabManager is thread-safe. Reclaim() passes are serialised.
+#ifndef MESHPOOL_STORE_SLAB_MANAGER_H_
+#define MESHPOOL_STORE_SLAB_MANAGER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "store/layout.h"
+
+namespace meshpool::store {
+
+// Added to a lease on the node side only (see the file comment). Must exceed
+// the longest time a client's publishing CAS may take to land after the
+// client checked its lease (its post-to-completion timeout).
+inline constexpr absl::Duration kLeaseMargin = absl::Seconds(2);
+// Added to max_read_lease to form the reclamation grace.
+inline constexpr absl::Duration kReclaimMargin = absl::Milliseconds(500);
+inline constexpr absl::Duration kDefaultSlabLease = absl::Seconds(10);
+inline constexpr absl::Duration kDefaultMaxReadLease = absl::Seconds(2);
+// Leases travel as uint32 milliseconds (GrantSlabReply.lease_ms); this also
+// bounds max_read_lease (NodeInfo.max_read_lease_ms).
+inline constexpr int64_t kMaxLeaseMs = int64_t{24} * 3600 * 1000;
+static_assert(kMaxLeaseMs <= UINT32_MAX);
+inline constexpr absl::Duration kMaxLease = absl::Milliseconds(kMaxLeaseMs);
+static_assert(kLeaseMargin > absl::ZeroDuration());
+static_assert(kReclaimMargin > absl::ZeroDuration());
+static_assert(kDefaultSlabLease <= kMaxLease &&
+              kDefaultMaxReadLease <= kMaxLease);
+
+enum class SlabState { kFree, kGranted, kSealed };
+absl::string_view SlabStateName(SlabState state);
+
+struct SlabManagerOptions {
+  PoolLayout layout;
+  absl::Duration lease = kDefaultSlabLease;  // told to clients
+  absl::Duration max_read_lease = kDefaultMaxReadLease;
+  std::function<absl::Time()> clock;  // null -> absl::Now
+};
+
+// A lease handed to a client.
+struct SlabGrant {
+  uint64_t slab = 0;
+  uint64_t offset = 0;  // pool offset of the slab's first byte
+  uint64_t length = 0;
+  absl::Duration lease;  // the client writes into the slab only this long
+};
+
+struct SlabCounts {
+  uint64_t total = 0;
+  uint64_t free = 0;
+  uint64_t granted = 0;
+  uint64_t sealed = 0;
+  uint64_t reclaimed = 0;      // made FREE again since Create
+  uint64_t objects = 0;        // occupied index slots at the last pass
+  uint64_t index_slots = 0;
+  uint64_t used_bytes = 0;     // bytes of slabs that are not FREE
+};
+
+// What one Reclaim() pass did.
+struct ReclaimPass {
+  uint64_t occupied_slots = 0;
+  uint64_t candidates = 0;  // SEALED, unreferenced, waiting out the grace
+  uint64_t freed = 0;
+};
+
+class SlabManager {
+ public:
+  // `pool` is the pool's first byte; the index lives at layout.index_offset.
+  // REQUIRES: pool is 8-byte aligned, covers layout.pool_bytes and outlives
+  // the manager. Errors: InvalidArgument (null pool, layout without slabs,
+  // lease or max_read_lease not in (0, kMaxLease]).
+  static absl::StatusOr<std::unique_ptr<SlabManager>> Create(
+      SlabManagerOptions options, void* pool);
+
+  // Leases a FREE slab to `client_id`. Errors: InvalidArgument (empty
+  // client_id), ResourceExhausted (no slab is FREE).
+  absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
+
+  // Seals `slab` early: the client will write no more into it. OK too when
+  // the slab is already sealed or free (the lease is over either way).
+  // Errors: InvalidArgument (no such slab), FailedPrecondition (the slab is
+  // leased to another client).
+  absl::Status Release(absl::string_view client_id, uint64_t slab);
+
+  // One reclamation pass: seals expired leases, scans every index slot and
+  // frees SEALED slabs unreferenced at two passes >= grace() apart. The node
+  // runs it every reclaim interval; tests call it directly.
+  ReclaimPass Reclaim();
+
+  // Counts and states as of now; a lease past its end shows as GRANTED
+  // until the next Reclaim pass seals it.
+  SlabCounts Counts() const;
+  // REQUIRES: slab < layout().slab_count.
+  SlabState state(uint64_t slab) const;
+
+  const PoolLayout& layout() const { return options_.layout; }
+  absl::Duration lease() const { return options_.lease; }
+  absl::Duration grace() const {
+    return options_.max_read_lease + kReclaimMargin;
+  }
+
+ private:
+  struct Slab {
+    SlabState state = SlabState::kFree;
+    std::string client;
+    absl::Time lease_end;                          // node side, with margin
+    absl::Time unreferenced_since = absl::InfiniteFuture();  // candidacy
+  };
+
+  SlabManager(SlabManagerOptions options, uint64_t* index);
+  absl::Time Now() const;
+  void SealExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SealLocked(Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts index references per slab; returns the occupied slot count.
+  uint64_t ScanIndex(std::vector<uint32_t>& refs) const;
+
+  const SlabManagerOptions options_;
+  uint64_t* const index_;  // bucket_count * kSlotsPerBucket words
+
+  absl::Mutex reclaim_mu_;  // serialises Reclaim passes; taken before mu_
+  mutable absl::Mutex mu_;
+  std::vector<Slab> slabs_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> free_ ABSL_GUARDED_BY(mu_);  // FIFO of FREE slabs
+  uint64_t reclaimed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t objects_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace meshpool::store
+
+#endif  // MESHPOOL_STORE_SLAB_MANAGER_H_

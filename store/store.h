@@ -1,0 +1,90 @@
+// meshpool/store: a memory node. It maps a pool, lays it out (superblock,
+// index, slab area; store/layout.h), registers the whole pool with a
+// transport as one region and lets clients read and write it one-sidedly.
+// Its CPU does no work per GET or PUT: it grants slabs over gRPC, reclaims
+// slabs whose objects are all dead, and heartbeats to the coordinator.
+//
+// Thread-safety: Node is thread-safe.
+#ifndef MESHPOOL_STORE_STORE_H_
+#define MESHPOOL_STORE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/meshpool.pb.h"
+#include "rdma/rdma.h"
+
+namespace meshpool::store {
+
+struct NodeOptions {
+  std::string coordinator;      // host:port of the coordinator
+  uint64_t capacity_bytes = 0;  // pool size
+  uint64_t slab_bytes = 0;      // 0 -> ComputeLayout's default
+  uint64_t bucket_count = 0;    // 0 -> ComputeLayout's default
+  std::string node_id;          // empty -> the coordinator assigns one
+  // The node's gRPC service. Its host is published as-is in
+  // NodeInfo.control_address, so it must be one clients can dial.
+  std::string control_listen = "127.0.0.1:0";
+  std::string transport_bind = "127.0.0.1:0";  // passed to Transport::Listen
+  // Told to clients per granted slab; the node adds kLeaseMargin
+  // (store/slab_manager.h) before it seals the slab.
+  absl::Duration slab_lease = absl::Seconds(10);
+  // The longest a GET may take; published in NodeInfo. Freed memory is reused
+  // only after max_read_lease + kReclaimMargin.
+  absl::Duration max_read_lease = absl::Seconds(2);
+  absl::Duration reclaim_interval = absl::Milliseconds(200);
+  // How long Start waits for the coordinator to answer.
+  absl::Duration coordinator_timeout = absl::Seconds(3);
+  bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB
+  std::function<absl::Time()> clock;  // null -> absl::Now (tests inject)
+};
+
+class NodeImpl;  // node.cc
+
+// A running memory node.
+class Node {
+ public:
+  // Maps the pool, lays it out (superblock, zeroed index), registers it with
+  // `transport` as one region, Listen()s on options.transport_bind, starts
+  // the gRPC Node service, registers with the coordinator, then heartbeats
+  // (registering again when the coordinator answers known=false) and
+  // reclaims in background threads until Shutdown.
+  // Errors: InvalidArgument (bad options; the message says what to change),
+  // ResourceExhausted (the pool cannot be mapped or registered), Unavailable
+  // (the coordinator is unreachable: start one with `meshpool coordinator`
+  // and point NodeOptions.coordinator at it), or what the transport's
+  // Listen returns.
+  // REQUIRES: transport != nullptr and not yet listening.
+  static absl::StatusOr<std::unique_ptr<Node>> Start(
+      NodeOptions options, std::unique_ptr<rdma::Transport> transport);
+  ~Node();  // Shutdown()
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // As registered, with node_id filled in. Valid for the Node's lifetime.
+  const proto::NodeInfo& info() const;
+
+  // Current pool statistics (what heartbeats carry).
+  proto::NodeStats Stats() const;
+
+  // Stops the gRPC service (in-flight calls get a short deadline), the
+  // heartbeat and reclaim threads, then one-sided access (the transport).
+  // The pool stays mapped until destruction. Idempotent; a concurrent
+  // caller returns once the first one is done.
+  void Shutdown();
+
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  explicit Node(std::unique_ptr<NodeImpl> impl);
+  std::unique_ptr<NodeImpl> impl_;
+};
+
+}  // namespace meshpool::store
+
+#endif  // MESHPOOL_STORE_STORE_H_

@@ -1,0 +1,7 @@
+# store/: layout, pool, slab manager (no network) and the node end to end.
+meshpool_test(store_test
+  SOURCES store_layout_test.cc store_pool_test.cc store_slab_test.cc
+  LIBS meshpool_store)
+meshpool_test(store_node_test
+  SOURCES store_node_test.cc
+  LIBS meshpool_store meshpool_placement meshpool_rdma)

@@ -1,0 +1,446 @@
+// store/: a Node end to end, with an in-process coordinator and the TCP
+// transport on 127.0.0.1.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/common.h"
+#include "placement/placement.h"
+#include "proto/proto.h"
+#include "rdma/rdma.h"
+#include "store/layout.h"
+#include "store/slab_manager.h"
+#include "store/store.h"
+
+namespace meshpool::store {
+namespace {
+
+constexpr uint64_t kCapacity = 64ull << 20;
+// Bounds every wait on a background thread's progress; only a failure waits
+// this long.
+constexpr absl::Duration kPatience = absl::Seconds(20);
+
+// A clock tests move by hand; read from the node's threads.
+class FakeClock {
+ public:
+  absl::Time Now() const { return absl::FromUnixNanos(nanos_.load()); }
+  void Advance(absl::Duration d) { nanos_ += absl::ToInt64Nanoseconds(d); }
+  std::function<absl::Time()> AsFunction() {
+    return [this] { return Now(); };
+  }
+
+ private:
+  std::atomic<int64_t> nanos_{int64_t{1'000'000'000} * 1'000'000'000};
+};
+
+// Polls `done` until it holds or kPatience passes.
+template <typename F>
+bool Eventually(F done) {
+  absl::Time deadline = absl::Now() + kPatience;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+std::unique_ptr<placement::Coordinator> StartCoordinator(
+    std::string listen = "127.0.0.1:0") {
+  placement::CoordinatorOptions options;
+  options.listen = std::move(listen);
+  options.heartbeat_interval = absl::Milliseconds(20);
+  options.dead_after = absl::Seconds(30);  // no node dies in these tests
+  absl::StatusOr<std::unique_ptr<placement::Coordinator>> c =
+      placement::Coordinator::Start(std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+NodeOptions BaseOptions(const std::string& coordinator) {
+  NodeOptions o;
+  o.coordinator = coordinator;
+  o.capacity_bytes = kCapacity;
+  o.slab_bytes = 4 << 20;
+  o.huge_pages = false;
+  o.coordinator_timeout = absl::Seconds(1);
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Node>> StartNode(NodeOptions options) {
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> t,
+                            rdma::CreateTcpTransport());
+  return Node::Start(std::move(options), std::move(t));
+}
+
+std::unique_ptr<proto::Node::Stub> NodeStub(const Node& node) {
+  return proto::Node::NewStub(grpc::CreateChannel(
+      node.info().control_address(), grpc::InsecureChannelCredentials()));
+}
+
+absl::StatusOr<proto::GrantSlabReply> Grant(proto::Node::Stub& stub,
+                                            uint64_t incarnation) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPatience));
+  proto::GrantSlabRequest request;
+  request.set_client_id("test-client");
+  request.set_incarnation(incarnation);
+  proto::GrantSlabReply reply;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub.GrantSlab(&ctx, request, &reply), "GrantSlab"));
+  return reply;
+}
+
+// A copy of the entry for `id`, if the map has one.
+std::optional<proto::NodeEntry> FindEntry(const proto::ClusterMap& map,
+                                          const std::string& id) {
+  for (const proto::NodeEntry& e : map.nodes()) {
+    if (e.info().node_id() == id) return e;
+  }
+  return std::nullopt;
+}
+
+class NodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = StartCoordinator();
+    ASSERT_NE(coordinator_, nullptr);
+  }
+  std::unique_ptr<placement::Coordinator> coordinator_;
+};
+
+TEST_F(NodeTest, RegistersAliveWithLayoutAndRegion) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  EXPECT_FALSE(info.node_id().empty());
+  EXPECT_NE(info.incarnation(), 0u);
+  proto::ClusterMap map = coordinator_->Map();
+  std::optional<proto::NodeEntry> entry = FindEntry(map, info.node_id());
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->state(), proto::NODE_ALIVE);
+  EXPECT_EQ(entry->info().incarnation(), info.incarnation());
+  EXPECT_EQ(entry->info().capacity_bytes(), kCapacity);
+  EXPECT_EQ(entry->info().layout().pool_bytes(), kCapacity);
+  EXPECT_EQ(entry->info().layout().slab_bytes(), 4u << 20);
+  EXPECT_EQ(entry->info().layout().index_offset(), kSuperblockBytes);
+  EXPECT_GT(entry->info().layout().slab_count(), 0u);
+  EXPECT_EQ(entry->info().pool().length(), kCapacity);
+  EXPECT_NE(entry->info().pool().addr(), 0u);
+  ASSERT_EQ(entry->info().transport_addresses_size(), 1);
+  EXPECT_EQ(entry->info().transport_addresses(0).rfind("tcp://127.0.0.1:", 0), 0u);
+  EXPECT_EQ(entry->info().max_read_lease_ms(), 2000u);
+  EXPECT_FALSE(entry->info().hostname().empty());
+}
+
+TEST_F(NodeTest, ClientReadsSuperblockOneSidedly) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto client = rdma::CreateTcpTransport();
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto endpoint = (*client)->Connect(info.transport_addresses(0), nullptr);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  // Superblock and the first index bucket in one READ.
+  std::vector<char> buf(kSuperblockBytes + kBucketBytes, 1);
+  rdma::WorkRequest read;
+  read.opcode = rdma::Opcode::kRead;
+  read.local = buf.data();
+  read.length = buf.size();
+  read.remote_addr = info.pool().addr();
+  read.rkey = info.pool().rkey();
+  rdma::Completion done;
+  ASSERT_TRUE(rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
+  Superblock sb;
+  std::memcpy(&sb, buf.data(), sizeof(sb));
+  EXPECT_EQ(sb.magic, kSuperblockMagic);
+  EXPECT_EQ(sb.version, kFormatVersion);
+  EXPECT_EQ(sb.incarnation, info.incarnation());
+  EXPECT_EQ(sb.pool_bytes, kCapacity);
+  EXPECT_EQ(sb.slab_count, info.layout().slab_count());
+  for (size_t i = kSuperblockBytes; i < buf.size(); ++i) {
+    ASSERT_EQ(buf[i], 0) << "index byte " << i - kSuperblockBytes;
+  }
+}
+
+TEST_F(NodeTest, GrantSlabOverGrpcAndStatsCountIt) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto stub = NodeStub(**node);
+  absl::StatusOr<proto::GrantSlabReply> a = Grant(*stub, info.incarnation());
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<proto::GrantSlabReply> b = Grant(*stub, info.incarnation());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(a->slab(), b->slab());
+  EXPECT_EQ(a->length(), 4u << 20);
+  EXPECT_EQ(a->offset(), info.layout().slab_area_offset() +
+                             a->slab() * info.layout().slab_bytes());
+  EXPECT_EQ(a->lease_ms(), 10000u);
+  proto::NodeStats stats = (*node)->Stats();
+  EXPECT_EQ(stats.slabs_granted(), 2u);
+  EXPECT_EQ(stats.used_bytes(), 2 * (4u << 20));
+  EXPECT_EQ(stats.slabs_free(), stats.slabs_total() - 2);
+  EXPECT_EQ(stats.capacity_bytes(), kCapacity);
+
+  grpc::ClientContext ctx;
+  proto::NodeStats remote;
+  ASSERT_TRUE(stub->GetStats(&ctx, proto::GetStatsRequest(), &remote).ok());
+  EXPECT_EQ(remote.slabs_granted(), 2u);
+}
+
+TEST_F(NodeTest, GrantSlabNamingAnotherIncarnationIsFailedPrecondition) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = NodeStub(**node);
+  absl::StatusOr<proto::GrantSlabReply> r =
+      Grant(*stub, (*node)->info().incarnation() + 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("refresh the cluster map"),
+            std::string::npos);
+  EXPECT_EQ((*node)->Stats().slabs_granted(), 0u);
+}
+
+TEST_F(NodeTest, ReleasedSlabIsReclaimedInTheBackgroundAfterGrace) {
+  FakeClock clock;
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.clock = clock.AsFunction();
+  options.reclaim_interval = absl::Milliseconds(5);
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = NodeStub(**node);
+  absl::StatusOr<proto::GrantSlabReply> g =
+      Grant(*stub, (*node)->info().incarnation());
+  ASSERT_TRUE(g.ok()) << g.status();
+  grpc::ClientContext ctx;
+  proto::ReleaseSlabRequest release;
+  release.set_client_id("test-client");
+  release.set_slab(g->slab());
+  proto::ReleaseSlabReply released;
+  ASSERT_TRUE(stub->ReleaseSlab(&ctx, release, &released).ok());
+  EXPECT_EQ((*node)->Stats().slabs_sealed(), 1u);
+  // Time stands still: however many passes run, the slab stays sealed until
+  // the clock moves past the grace. Move it in steps until a pass frees it.
+  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  ASSERT_TRUE(Eventually([&] {
+    if ((*node)->Stats().slabs_reclaimed() == 1) return true;
+    clock.Advance(grace / 4);
+    return false;
+  }));
+  proto::NodeStats stats = (*node)->Stats();
+  EXPECT_EQ(stats.slabs_sealed(), 0u);
+  EXPECT_EQ(stats.slabs_free(), stats.slabs_total());
+}
+
+// One CAS on the node's pool through `transport`; returns the old word.
+absl::StatusOr<uint64_t> CompareSwap(rdma::Transport& transport,
+                                     const proto::NodeInfo& info,
+                                     uint64_t offset, uint64_t expected,
+                                     uint64_t desired) {
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<rdma::Endpoint> endpoint,
+      transport.Connect(info.transport_addresses(0), nullptr));
+  uint64_t old = 0;
+  rdma::WorkRequest cas;
+  cas.opcode = rdma::Opcode::kCompareSwap;
+  cas.local = &old;
+  cas.length = rdma::kAtomicBytes;
+  cas.remote_addr = info.pool().addr() + offset;
+  cas.rkey = info.pool().rkey();
+  cas.compare_add = expected;
+  cas.swap = desired;
+  rdma::Completion done;
+  MESHPOOL_RETURN_IF_ERROR(
+      rdma::PostAndWait(*endpoint, {&cas, 1}, {&done, 1}, kPatience));
+  return old;
+}
+
+TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
+  FakeClock clock;
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.clock = clock.AsFunction();
+  options.reclaim_interval = absl::Milliseconds(5);
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto stub = NodeStub(**node);
+  absl::StatusOr<proto::GrantSlabReply> g = Grant(*stub, info.incarnation());
+  ASSERT_TRUE(g.ok()) << g.status();
+  // Publish an object in the slab (its bytes do not matter to the node).
+  auto client = rdma::CreateTcpTransport();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t slot_offset = info.layout().index_offset() + 3 * kSlotBytes;
+  const uint64_t word = EncodeSlot(0xab, 256, g->offset() + 64);
+  absl::StatusOr<uint64_t> old = CompareSwap(**client, info, slot_offset, 0, word);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(*old, 0u);
+  // The lease runs out (node side: lease + margin) and a pass sees the slot.
+  clock.Advance(options.slab_lease + kLeaseMargin);
+  ASSERT_TRUE(Eventually([&] {
+    proto::NodeStats s = (*node)->Stats();
+    return s.objects() == 1 && s.slabs_sealed() == 1;
+  }));
+  EXPECT_EQ((*node)->Stats().slabs_reclaimed(), 0u);
+  // Delete the key: the slab is freed once a grace has passed.
+  old = CompareSwap(**client, info, slot_offset, word, 0);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(*old, word);
+  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  ASSERT_TRUE(Eventually([&] {
+    if ((*node)->Stats().slabs_reclaimed() == 1) return true;
+    clock.Advance(grace / 4);
+    return false;
+  }));
+  EXPECT_EQ((*node)->Stats().objects(), 0u);
+}
+
+TEST_F(NodeTest, HeartbeatCarriesStatsToTheCoordinator) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = NodeStub(**node);
+  ASSERT_TRUE(Grant(*stub, (*node)->info().incarnation()).ok());
+  const std::string id = (*node)->info().node_id();
+  ASSERT_TRUE(Eventually([&] {
+    std::optional<proto::NodeEntry> e = FindEntry(coordinator_->Map(), id);
+    return e.has_value() && e->stats().slabs_granted() == 1;
+  })) << "no heartbeat brought the grant to the coordinator";
+  std::optional<proto::NodeEntry> e = FindEntry(coordinator_->Map(), id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->stats().capacity_bytes(), kCapacity);
+  EXPECT_EQ(e->stats().slabs_total(), (*node)->info().layout().slab_count());
+}
+
+TEST_F(NodeTest, ServesOverTheSimulatedFabric) {
+  const uint64_t seed = std::random_device{}();
+  std::cout << "seed=" << seed << std::endl;
+  std::shared_ptr<rdma::SimFabric> fabric = rdma::SimFabric::Create(seed);
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(
+      BaseOptions(coordinator_->address()), fabric->CreateTransport("node"));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  EXPECT_EQ(info.transport_addresses(0), "sim://node");
+  std::unique_ptr<rdma::Transport> client = fabric->CreateTransport("client");
+  auto endpoint = client->Connect(info.transport_addresses(0), nullptr);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  Superblock sb{};
+  rdma::WorkRequest read;
+  read.opcode = rdma::Opcode::kRead;
+  read.local = &sb;
+  read.length = sizeof(sb);
+  read.remote_addr = info.pool().addr();
+  read.rkey = info.pool().rkey();
+  rdma::Completion done;
+  ASSERT_TRUE(rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
+  EXPECT_EQ(sb.magic, kSuperblockMagic);
+  EXPECT_EQ(sb.incarnation, info.incarnation());
+}
+
+TEST_F(NodeTest, HandshakeOverTcpIsUnimplemented) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = NodeStub(**node);
+  grpc::ClientContext ctx;
+  proto::HandshakeRequest request;
+  request.set_transport("tcp");
+  proto::HandshakeReply reply;
+  EXPECT_EQ(FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(NodeTest, RegistersAgainWhenCoordinatorForgetsIt) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const std::string address = coordinator_->address();
+  const std::string id = (*node)->info().node_id();
+  coordinator_.reset();  // its in-memory state is gone
+  coordinator_ = StartCoordinator(address);
+  ASSERT_NE(coordinator_, nullptr) << "could not rebind " << address;
+  ASSERT_TRUE(Eventually([&] {
+    std::optional<proto::NodeEntry> e = FindEntry(coordinator_->Map(), id);
+    return e.has_value() && e->state() == proto::NODE_ALIVE;
+  })) << "the node never registered again";
+}
+
+TEST_F(NodeTest, ShutdownIsIdempotentAndEndsWait) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  (*node)->Shutdown();
+  (*node)->Shutdown();
+  (*node)->Wait();
+  EXPECT_EQ((*node)->Stats().slabs_total(), (*node)->info().layout().slab_count());
+}
+
+TEST_F(NodeTest, CapacityTooSmallIsInvalidArgument) {
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.capacity_bytes = 64 << 10;
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("capacity"), std::string::npos)
+      << node.status();
+}
+
+TEST_F(NodeTest, ZeroSlabLeaseIsInvalidArgument) {
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.slab_lease = absl::ZeroDuration();
+  EXPECT_EQ(StartNode(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A bound TCP port nobody listens on: connecting to it is refused.
+class ClosedPort {
+ public:
+  ClosedPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~ClosedPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+TEST(NodeStart, UnreachableCoordinatorIsUnavailable) {
+  ClosedPort closed;
+  ASSERT_NE(closed.port(), 0);
+  NodeOptions options = BaseOptions(absl::StrCat("127.0.0.1:", closed.port()));
+  options.coordinator_timeout = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(node.status().message().find("coordinator"), std::string::npos)
+      << node.status();
+}
+
+}  // namespace
+}  // namespace meshpool::store

@@ -1,0 +1,118 @@
+// store/pool: the mapping, its zeroing and the huge-page fallback.
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "store/pool.h"
+
+namespace meshpool::store {
+
+// Reaches Pool's injectable mmap.
+class PoolTestPeer {
+ public:
+  static absl::StatusOr<Pool> CreateWith(uint64_t bytes, bool huge,
+                                         Pool::MapFn map) {
+    return Pool::CreateWith(bytes, huge, map);
+  }
+};
+
+namespace {
+
+std::vector<int>& MapCalls() {
+  static std::vector<int> calls;
+  return calls;
+}
+
+// An mmap on a host without reserved huge pages.
+void* MmapWithoutHugeTlb(void* addr, size_t len, int prot, int flags, int fd,
+                         off_t off) {
+  MapCalls().push_back(flags);
+  if (flags & MAP_HUGETLB) {
+    errno = ENOMEM;
+    return MAP_FAILED;
+  }
+  return ::mmap(addr, len, prot, flags, fd, off);
+}
+
+void* MmapAlwaysFails(void*, size_t, int, int flags, int, off_t) {
+  MapCalls().push_back(flags);
+  errno = ENOMEM;
+  return MAP_FAILED;
+}
+
+bool AllZero(const char* p, uint64_t n) {
+  for (uint64_t i = 0; i < n; i += 4096) {
+    if (p[i] != 0) return false;
+  }
+  return p[n - 1] == 0;
+}
+
+TEST(StorePool, MapsZeroedWritableMemory) {
+  absl::StatusOr<Pool> pool = Pool::Create(8 << 20, /*huge_pages=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::cout << "page kind: " << PageKindName(pool->page_kind()) << "\n";
+  EXPECT_EQ(pool->size(), 8u << 20);
+  ASSERT_NE(pool->data(), nullptr);
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
+  pool->data()[pool->size() - 1] = 7;
+  EXPECT_EQ(pool->data()[pool->size() - 1], 7);
+}
+
+TEST(StorePool, FallsBackToNormalPagesWhenHugeTlbFails) {
+  MapCalls().clear();
+  absl::StatusOr<Pool> pool =
+      PoolTestPeer::CreateWith(4 << 20, true, &MmapWithoutHugeTlb);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(MapCalls().size(), 2u);
+  EXPECT_NE(MapCalls()[0] & MAP_HUGETLB, 0);
+  EXPECT_EQ(MapCalls()[1] & MAP_HUGETLB, 0);
+  EXPECT_NE(pool->page_kind(), PageKind::kHugeTlb);
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
+}
+
+TEST(StorePool, SizeNotMultipleOfHugePageSkipsHugeTlb) {
+  MapCalls().clear();
+  absl::StatusOr<Pool> pool =
+      PoolTestPeer::CreateWith((4 << 20) + 4096, true, &MmapWithoutHugeTlb);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(MapCalls().size(), 1u);
+  EXPECT_EQ(MapCalls()[0] & MAP_HUGETLB, 0);
+}
+
+TEST(StorePool, HugePagesOffUsesNormalPages) {
+  MapCalls().clear();
+  absl::StatusOr<Pool> pool =
+      PoolTestPeer::CreateWith(4 << 20, false, &MmapWithoutHugeTlb);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(MapCalls().size(), 1u);
+  EXPECT_EQ(pool->page_kind(), PageKind::kNormal);
+}
+
+TEST(StorePool, RefusedMappingIsResourceExhausted) {
+  absl::StatusOr<Pool> pool =
+      PoolTestPeer::CreateWith(4 << 20, true, &MmapAlwaysFails);
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(StorePool, ZeroBytesIsInvalidArgument) {
+  EXPECT_EQ(Pool::Create(0, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StorePool, MoveTransfersOwnership) {
+  absl::StatusOr<Pool> a = Pool::Create(1 << 20, false);
+  ASSERT_TRUE(a.ok()) << a.status();
+  char* data = a->data();
+  Pool b = *std::move(a);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(a->data(), nullptr);  // NOLINT: moved-from state is specified
+  Pool c = std::move(b);
+  EXPECT_EQ(c.data(), data);
+  c.data()[0] = 1;
+}
+
+}  // namespace
+}  // namespace meshpool::store
