@@ -49,6 +49,10 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
   for (const std::string& address : info.transport_addresses()) {
     if (address.empty()) return Invalid(info, "a transport address is empty");
   }
+  if (info.control_address().empty()) {
+    return Invalid(info, "no control address; clients need the node's gRPC "
+                         "service for slab grants");
+  }
   if (!info.has_pool() || info.pool().length() == 0) {
     return Invalid(info, "no pool region; register the pool memory and send its RemoteRegion");
   }

@@ -292,6 +292,8 @@ TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
   cases.back().info.clear_transport_addresses();
   cases.push_back({"transport address is empty", ValidNode()});
   cases.back().info.set_transport_addresses(0, "");
+  cases.push_back({"control address", ValidNode()});
+  cases.back().info.clear_control_address();
   cases.push_back({"pool region", ValidNode()});
   cases.back().info.clear_pool();
   cases.push_back({"capacity", ValidNode()});
