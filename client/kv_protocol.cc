@@ -51,6 +51,7 @@ class Session {
 
   NodeConnection& node() { return node_; }
   absl::StatusOr<absl::Span<char>> Staging(size_t bytes) {
+    MESHPOOL_RETURN_IF_ERROR(CheckLane());
     return lane_->Staging(bytes);
   }
 
@@ -72,7 +73,7 @@ class Session {
     wr.opcode = rdma::Opcode::kCompareSwap;
     wr.local = old_value;
     wr.length = rdma::kAtomicBytes;
-    wr.lkey = lane_->staging_lkey();
+    wr.lkey = lkey();
     wr.remote_addr = node_.pool_addr() + pool_offset;
     wr.rkey = node_.pool_rkey();
     wr.compare_add = expected;
@@ -83,6 +84,7 @@ class Session {
   // Posts `wrs` (in chunks of kMaxBatch) and waits for every completion.
   // Any failure discards the lane and reads as Unavailable.
   absl::Status Run(absl::Span<const rdma::WorkRequest> wrs) {
+    MESHPOOL_RETURN_IF_ERROR(CheckLane());
     std::vector<rdma::Completion> done(std::min(wrs.size(), rdma::kMaxBatch));
     for (size_t i = 0; i < wrs.size(); i += rdma::kMaxBatch) {
       auto chunk = wrs.subspan(i, rdma::kMaxBatch);
@@ -161,6 +163,15 @@ class Session {
   }
 
  private:
+  // After a transport failure the lane is gone; later steps of the same
+  // operation (e.g. the rest of a batch) fail the same way.
+  uint32_t lkey() const { return lane_.valid() ? lane_->staging_lkey() : 0; }
+  absl::Status CheckLane() const {
+    if (lane_.valid()) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        node_.Describe(), " failed earlier in this operation; retry"));
+  }
+
   void AddTransfer(std::vector<rdma::WorkRequest>& wrs, rdma::Opcode op,
                    char* local, uint64_t pool_offset, uint64_t length) {
     while (length > 0) {
@@ -171,7 +182,7 @@ class Session {
       wr.opcode = op;
       wr.local = local;
       wr.length = n;
-      wr.lkey = lane_->staging_lkey();
+      wr.lkey = lkey();
       wr.remote_addr = node_.pool_addr() + pool_offset;
       wr.rkey = node_.pool_rkey();
       wrs.push_back(wr);

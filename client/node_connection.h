@@ -79,9 +79,10 @@ class NodeConnection {
         : owner_(owner), lane_(std::move(lane)) {}
     LaneLease(LaneLease&&) = default;
     ~LaneLease();
-    Lane* operator->() { return lane_.get(); }
+    Lane* operator->() const { return lane_.get(); }
     Lane& operator*() { return *lane_; }
     void Discard() { lane_.reset(); }
+    bool valid() const { return lane_ != nullptr; }
 
    private:
     NodeConnection* owner_;

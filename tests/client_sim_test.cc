@@ -179,6 +179,30 @@ TEST_F(ClientSimTest, BrokenEndpointsReconnectOnTheNextCall) {
   EXPECT_EQ(*second, "v");
 }
 
+TEST_F(ClientSimTest, BatchPutWhoseEndpointBreaksMidBatchFailsTheRestCleanly) {
+  // The endpoint breaks right before the first publishing CAS: that key and
+  // every later key of the batch fail Unavailable; nothing is half-visible.
+  InterceptOnce(
+      [](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kCompareSwap;
+      },
+      [&](const rdma::WorkRequest&) { fabric_->BreakEndpoints(kNodeName); });
+  std::vector<std::string> names = {"b0", "b1", "b2", "b3"};
+  std::vector<absl::string_view> keys(names.begin(), names.end());
+  std::vector<absl::string_view> values = {"v0", "v1", "v2", "v3"};
+  std::vector<absl::Status> put = a_->BatchPut(keys, values);
+  ASSERT_EQ(put.size(), 4u);
+  for (const absl::Status& s : put) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  }
+  for (absl::string_view k : keys) {
+    EXPECT_EQ(b_->Get(k).status().code(), absl::StatusCode::kNotFound);
+  }
+  put = a_->BatchPut(keys, values);
+  for (const absl::Status& s : put) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(*b_->Get("b3"), "v3");
+}
+
 TEST_F(ClientSimTest, DroppedRequestsFailTheCallAndLeaveNoHalfPut) {
   rdma::SimFaults faults;
   faults.drop_probability = 1.0;
