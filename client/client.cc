@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/buffer_registry.h"
 #include "client/kv_protocol.h"
 #include "client/node_connection.h"
 #include "common/common.h"
@@ -25,13 +26,20 @@ namespace {
 class RegisteredBufferImpl : public Client::RegisteredBuffer {
  public:
   RegisteredBufferImpl(void* addr, size_t length,
-                       std::vector<std::unique_ptr<rdma::MemoryRegion>> regions)
-      : span_(static_cast<char*>(addr), length), regions_(std::move(regions)) {}
+                       std::unique_ptr<rdma::MemoryRegion> region,
+                       std::shared_ptr<client_internal::BufferRegistry> registry)
+      : span_(static_cast<char*>(addr), length),
+        region_(std::move(region)),
+        registry_(std::move(registry)) {
+    registry_->Add(addr, length, region_->lkey());
+  }
+  ~RegisteredBufferImpl() override { registry_->Remove(span_.data()); }
   absl::Span<char> span() const override { return span_; }
 
  private:
   absl::Span<char> span_;
-  std::vector<std::unique_ptr<rdma::MemoryRegion>> regions_;
+  std::unique_ptr<rdma::MemoryRegion> region_;
+  std::shared_ptr<client_internal::BufferRegistry> registry_;
 };
 
 std::string NewClientId() {
@@ -135,12 +143,16 @@ class Client::Impl {
     }
     MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport,
                               TransportFor(options_.transport ? "" : "tcp://"));
-    std::vector<std::unique_ptr<rdma::MemoryRegion>> regions;
     MESHPOOL_ASSIGN_OR_RETURN(auto region,
                               transport->RegisterMemory(addr, length));
-    regions.push_back(std::move(region));
-    return std::unique_ptr<RegisteredBuffer>(
-        new RegisteredBufferImpl(addr, length, std::move(regions)));
+    return std::unique_ptr<RegisteredBuffer>(new RegisteredBufferImpl(
+        addr, length, std::move(region), buffers_));
+  }
+
+  // The lkey when [data, data + size) lies in a registered buffer.
+  std::optional<uint32_t> RegisteredLkey(const void* data, size_t size) const {
+    if (size == 0) return std::nullopt;
+    return buffers_->Find(data, size);
   }
 
   uint64_t NextSequence(uint64_t n = 1) { return sequence_.fetch_add(n); }
@@ -219,6 +231,8 @@ class Client::Impl {
 
   const ClientOptions options_;
   const std::string client_id_;
+  const std::shared_ptr<client_internal::BufferRegistry> buffers_ =
+      std::make_shared<client_internal::BufferRegistry>();
   std::atomic<uint64_t> sequence_{1};
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
@@ -258,8 +272,10 @@ absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
   KeyRef ref = client_internal::MakeKeyRef(key);
   uint64_t seq = impl_->NextSequence();
+  std::optional<uint32_t> lkey =
+      impl_->RegisteredLkey(value.data(), value.size());
   return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
-    return client_internal::PutValue(node, ref, value, seq);
+    return client_internal::PutValue(node, ref, value, seq, lkey);
   });
 }
 
@@ -267,6 +283,8 @@ absl::StatusOr<size_t> Client::Get(absl::string_view key,
                                    absl::Span<char> out) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
   KeyRef ref = client_internal::MakeKeyRef(key);
+  std::optional<uint32_t> lkey = impl_->RegisteredLkey(out.data(), out.size());
+  client_internal::DirectBuffer direct{out, lkey.value_or(0)};
   return impl_->OnHome<absl::StatusOr<size_t>>(
       ref, [&](NodeConnection& node) -> absl::StatusOr<size_t> {
         size_t length = 0;
@@ -274,7 +292,8 @@ absl::StatusOr<size_t> Client::Get(absl::string_view key,
             node, ref, impl_->options().max_verify_retries,
             [&](absl::string_view value) {
               return client_internal::CopyValueTo(value, out, &length);
-            }));
+            },
+            lkey ? &direct : nullptr));
         return length;
       });
 }

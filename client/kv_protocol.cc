@@ -57,14 +57,19 @@ class Session {
 
   // One-sided requests against the node's pool; `pool_offset` is from the
   // pool start. Transfers over the transport limit are split.
+  // `lkey` names the registration holding the local memory; by default the
+  // lane's staging buffer.
   void AddRead(std::vector<rdma::WorkRequest>& wrs, char* dst,
-               uint64_t pool_offset, uint64_t length) {
-    AddTransfer(wrs, rdma::Opcode::kRead, dst, pool_offset, length);
+               uint64_t pool_offset, uint64_t length,
+               std::optional<uint32_t> lkey = std::nullopt) {
+    AddTransfer(wrs, rdma::Opcode::kRead, dst, pool_offset, length,
+                lkey.value_or(this->lkey()));
   }
   void AddWrite(std::vector<rdma::WorkRequest>& wrs, const char* src,
-                uint64_t pool_offset, uint64_t length) {
+                uint64_t pool_offset, uint64_t length,
+                std::optional<uint32_t> lkey = std::nullopt) {
     AddTransfer(wrs, rdma::Opcode::kWrite, const_cast<char*>(src), pool_offset,
-                length);
+                length, lkey.value_or(this->lkey()));
   }
   void AddCas(std::vector<rdma::WorkRequest>& wrs, uint64_t* old_value,
               uint64_t pool_offset, uint64_t expected, uint64_t desired) {
@@ -132,8 +137,9 @@ class Session {
 
   // The candidate slots that hold `key` (checked by header and key).
   // Aborted when a candidate is torn: the bucket view is stale.
-  absl::StatusOr<std::vector<int>> FindKeySlots(const KeyRef& key,
-                                                const Buckets& b) {
+  absl::StatusOr<std::vector<int>> FindKeySlots(
+      const KeyRef& key, const Buckets& b,
+      std::vector<store::ObjectHeader>* headers = nullptr) {
     std::vector<int> candidates = b.Candidates(key, node_.layout());
     std::vector<int> mine;
     if (candidates.empty()) return mine;
@@ -150,11 +156,13 @@ class Session {
     }
     MESHPOOL_RETURN_IF_ERROR(Run(wrs));
     for (size_t c = 0; c < candidates.size(); ++c) {
+      store::ObjectHeader header;
       absl::Status s = store::VerifyHeaderAndKey(
           absl::MakeConstSpan(staging.data() + c * want, lengths[c]), key.key,
-          key.hash, node_.incarnation());
+          key.hash, node_.incarnation(), &header);
       if (s.ok()) {
         mine.push_back(candidates[c]);
+        if (headers != nullptr) headers->push_back(header);
       } else if (s.code() == absl::StatusCode::kAborted) {
         return s;
       }  // NotFound / OutOfRange: another key's object.
@@ -173,7 +181,8 @@ class Session {
   }
 
   void AddTransfer(std::vector<rdma::WorkRequest>& wrs, rdma::Opcode op,
-                   char* local, uint64_t pool_offset, uint64_t length) {
+                   char* local, uint64_t pool_offset, uint64_t length,
+                   uint32_t lkey) {
     while (length > 0) {
       uint32_t n = static_cast<uint32_t>(
           std::min<uint64_t>(length, rdma::kMaxTransferBytes));
@@ -182,7 +191,7 @@ class Session {
       wr.opcode = op;
       wr.local = local;
       wr.length = n;
-      wr.lkey = lkey();
+      wr.lkey = lkey;
       wr.remote_addr = node_.pool_addr() + pool_offset;
       wr.rkey = node_.pool_rkey();
       wrs.push_back(wr);
@@ -195,6 +204,12 @@ class Session {
   NodeConnection& node_;
   NodeConnection::LaneLease lane_;
 };
+
+absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes) {
+  return absl::OutOfRangeError(absl::StrCat(
+      "value is ", value_bytes, " bytes but the buffer holds ", buffer_bytes,
+      "; pass a buffer of at least that size"));
+}
 
 absl::StatusOr<Session> OpenSession(NodeConnection& node) {
   MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::LaneLease lane, node.AcquireLane());
@@ -276,6 +291,36 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
   return VerifyCandidates(s, key, plan, staging.data(), sink);
 }
 
+// The zero-copy GET step: header and key of each candidate first, then the
+// value of the one that is `key` straight into direct.out and its digests
+// into staging. Aborted when the view is stale.
+absl::Status ReadCandidateDirect(Session& s, const KeyRef& key,
+                                 const Buckets& b, absl::Time start,
+                                 const DirectBuffer& direct, ValueSink sink) {
+  std::vector<store::ObjectHeader> headers;
+  MESHPOOL_ASSIGN_OR_RETURN(std::vector<int> mine,
+                            s.FindKeySlots(key, b, &headers));
+  if (mine.empty()) return absl::NotFoundError("key not found");
+  const store::ObjectHeader& h = headers.front();
+  if (h.value_length > direct.out.size()) {
+    return BufferTooSmall(h.value_length, direct.out.size());
+  }
+  uint64_t offset = store::DecodeSlot(b.words[mine.front()]).offset;
+  uint64_t digest_bytes = 8 * store::DigestCount(h.value_length);
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(digest_bytes));
+  std::vector<rdma::WorkRequest> wrs;
+  s.AddRead(wrs, direct.out.data(), offset + store::ValueOffset(h.key_length),
+            h.value_length, direct.lkey);
+  s.AddRead(wrs, staging.data(),
+            offset + store::DigestOffset(h.key_length, h.value_length),
+            digest_bytes);
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  if (ReadLeasePassed(s, start)) return absl::AbortedError("read lease passed");
+  absl::Span<const char> value(direct.out.data(), h.value_length);
+  MESHPOOL_RETURN_IF_ERROR(store::VerifyValue(h, value, staging));
+  return sink(absl::string_view(value.data(), value.size()));
+}
+
 // CAS protocol: makes the key's slot point at `word` (or 0 to delete is a
 // separate path). Aborted when `deadline` passed before publishing.
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
@@ -354,45 +399,94 @@ absl::Status ValidateKey(absl::string_view key) {
 
 absl::Status CopyValueTo(absl::string_view value, absl::Span<char> out,
                          size_t* length) {
-  if (value.size() > out.size()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "value is ", value.size(), " bytes but the buffer holds ", out.size(),
-        "; pass a buffer of at least that size"));
+  if (value.size() > out.size()) return BufferTooSmall(value.size(), out.size());
+  // A zero-copy GET hands over a value already in `out`.
+  if (!value.empty() && value.data() != out.data()) {
+    std::memcpy(out.data(), value.data(), value.size());
   }
-  if (!value.empty()) std::memcpy(out.data(), value.data(), value.size());
   *length = value.size();
   return absl::OkStatus();
 }
 
 absl::Status GetValue(NodeConnection& node, const KeyRef& key,
-                      int max_verify_retries, ValueSink sink) {
+                      int max_verify_retries, ValueSink sink,
+                      const DirectBuffer* direct) {
   MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     absl::Time start = absl::Now();
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
-    absl::Status st = ReadCandidates(s, key, b, start, sink);
+    uint64_t largest = 0;
+    for (int c : b.Candidates(key, node.layout())) {
+      largest = std::max(largest, store::DecodeSlot(b.words[c]).size_bound);
+    }
+    absl::Status st =
+        direct != nullptr && largest >= kZeroCopyMinBytes
+            ? ReadCandidateDirect(s, key, b, start, *direct, sink)
+            : ReadCandidates(s, key, b, start, sink);
     if (st.code() != absl::StatusCode::kAborted) return st;
   }
   return NeverVerified(key, node, max_verify_retries);
 }
 
+namespace {
+
+// Stages the whole object and WRITEs it, then READs its last word back on the
+// same lane: the READ flushes the WRITE into node memory before anyone can
+// reach the object through the index.
+absl::Status WriteStagedObject(Session& s, NodeConnection& node,
+                               const KeyRef& key, absl::string_view value,
+                               uint64_t sequence, uint64_t offset,
+                               uint64_t bytes) {
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(bytes + 8));
+  store::EncodeObject(staging.subspan(0, bytes), key.key, value,
+                      node.incarnation(), sequence);
+  std::vector<rdma::WorkRequest> wrs;
+  s.AddWrite(wrs, staging.data(), offset, bytes);
+  s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
+  return s.Run(wrs);
+}
+
+// The same object, with the value gathered straight from registered caller
+// memory: header+key and digests come from staging.
+absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
+                                 const KeyRef& key, absl::string_view value,
+                                 uint32_t value_lkey, uint64_t sequence,
+                                 uint64_t offset) {
+  uint64_t prefix = store::ValueOffset(key.key.size());
+  uint64_t digests = 8 * store::DigestCount(value.size());
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(prefix + digests + 8));
+  uint64_t checksum = store::EncodeObjectPrefix(
+      staging, key.key, value.size(), node.incarnation(), sequence);
+  store::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
+  uint64_t digest_offset =
+      offset + store::DigestOffset(key.key.size(), value.size());
+  std::vector<rdma::WorkRequest> wrs;
+  s.AddWrite(wrs, staging.data(), offset, prefix);
+  s.AddWrite(wrs, value.data(), offset + prefix, value.size(), value_lkey);
+  s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
+  s.AddRead(wrs, staging.data() + prefix + digests,
+            digest_offset + digests - 8, 8);
+  return s.Run(wrs);
+}
+
+}  // namespace
+
 absl::Status PutValue(NodeConnection& node, const KeyRef& key,
-                      absl::string_view value, uint64_t sequence) {
+                      absl::string_view value, uint64_t sequence,
+                      std::optional<uint32_t> value_lkey) {
   uint64_t bytes = store::ObjectBytes(key.key.size(), value.size());
+  bool gather = value_lkey.has_value() && value.size() >= kZeroCopyMinBytes;
   MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
     MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::Allocation a,
                               node.Allocate(bytes));
-    MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(bytes + 8));
-    store::EncodeObject(staging.subspan(0, bytes), key.key, value,
-                        node.incarnation(), sequence);
-    std::vector<rdma::WorkRequest> wrs;
-    s.AddWrite(wrs, staging.data(), a.offset, bytes);
-    // Reading the object's last word back on the same lane flushes the
-    // WRITE into node memory before anyone can reach it through the index.
-    s.AddRead(wrs, staging.data() + bytes, a.offset + bytes - 8, 8);
-    MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+    MESHPOOL_RETURN_IF_ERROR(
+        gather ? WriteGatheredObject(s, node, key, value, *value_lkey,
+                                     sequence, a.offset)
+               : WriteStagedObject(s, node, key, value, sequence, a.offset,
+                                   bytes));
     uint64_t word =
         store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset);
     absl::Status st = Publish(s, key, word, a.publish_deadline);

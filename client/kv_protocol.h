@@ -16,6 +16,7 @@
 #define MESHPOOL_CLIENT_KV_PROTOCOL_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -41,15 +42,32 @@ inline KeyRef MakeKeyRef(absl::string_view key) {
 // Receives a verified value; the view is valid only during the call.
 using ValueSink = absl::FunctionRef<absl::Status(absl::string_view value)>;
 
+// Values at least this large move straight between registered caller memory
+// and the pool (an extra round trip buys skipping a copy); smaller ones go
+// through the lane's staging buffer.
+inline constexpr uint64_t kZeroCopyMinBytes = 64 << 10;
+
+// A caller buffer registered with the transport (Client::RegisterBuffer).
+struct DirectBuffer {
+  absl::Span<char> out;
+  uint32_t lkey = 0;
+};
+
 // NotFound, Unavailable (node unreachable), DataLoss (never verified), or
-// whatever `sink` returns.
+// whatever `sink` returns. With `direct`, a large value is READ straight
+// into direct->out (header and digests first/around it, into staging) and
+// `sink` then sees that memory; OutOfRange when it does not fit. On error
+// the contents of direct->out are unspecified.
 absl::Status GetValue(NodeConnection& node, const KeyRef& key,
-                      int max_verify_retries, ValueSink sink);
+                      int max_verify_retries, ValueSink sink,
+                      const DirectBuffer* direct = nullptr);
 
 // InvalidArgument (too large for a slab), ResourceExhausted (pool or the
-// key's buckets full), Unavailable.
+// key's buckets full), Unavailable. With `value_lkey` (the value lies in
+// registered memory), a large value is written straight from it.
 absl::Status PutValue(NodeConnection& node, const KeyRef& key,
-                      absl::string_view value, uint64_t sequence);
+                      absl::string_view value, uint64_t sequence,
+                      std::optional<uint32_t> value_lkey = std::nullopt);
 
 // NotFound if no slot held the key.
 absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,

@@ -147,40 +147,57 @@ uint64_t ObjectBytes(uint64_t key_length, uint64_t value_length) {
                  kObjectAlign);
 }
 
-void EncodeObject(absl::Span<char> dst, absl::string_view key,
-                  absl::string_view value, uint64_t incarnation,
-                  uint64_t sequence) {
+uint64_t DigestOffset(uint64_t key_length, uint64_t value_length) {
+  return ValueOffset(key_length) + RoundUp(value_length, 8);
+}
+
+uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
+                            uint64_t value_length, uint64_t incarnation,
+                            uint64_t sequence) {
   KeyHash hash = HashKey(key);
   ObjectHeader h{};
   h.magic = kObjectMagic;
   h.version = kFormatVersion;
   h.key_length = static_cast<uint32_t>(key.size());
-  h.value_length = value.size();
+  h.value_length = value_length;
   h.key_hash_lo = hash.lo;
   h.key_hash_hi = hash.hi;
   h.incarnation = incarnation;
   h.sequence = sequence;
   h.header_checksum = HeaderChecksum(h);
   char* p = dst.data();
-  uint64_t total = ObjectBytes(key.size(), value.size());
   std::memcpy(p, &h, sizeof(h));
   std::memcpy(p + kObjectHeaderBytes, key.data(), key.size());
-  uint64_t value_off = ValueOffset(key.size());
   std::memset(p + kObjectHeaderBytes + key.size(), 0,
-              value_off - kObjectHeaderBytes - key.size());
-  if (!value.empty()) std::memcpy(p + value_off, value.data(), value.size());
-  uint64_t digest_off = value_off + RoundUp(value.size(), 8);
-  std::memset(p + value_off + value.size(), 0,
-              digest_off - value_off - value.size());
+              ValueOffset(key.size()) - kObjectHeaderBytes - key.size());
+  return h.header_checksum;
+}
+
+void EncodeDigests(absl::string_view value, uint64_t header_checksum,
+                   absl::Span<char> dst) {
   uint64_t chunks = DigestCount(value.size());
   for (uint64_t c = 0; c < chunks; ++c) {
     size_t begin = c * kDigestChunkBytes;
     size_t len = std::min<size_t>(kDigestChunkBytes, value.size() - begin);
-    uint64_t d = ChunkDigest(value.data() + begin, len, h.header_checksum, c);
-    std::memcpy(p + digest_off + 8 * c, &d, 8);
+    uint64_t d = ChunkDigest(value.data() + begin, len, header_checksum, c);
+    std::memcpy(dst.data() + 8 * c, &d, 8);
   }
-  uint64_t end = digest_off + 8 * chunks;
-  std::memset(p + end, 0, total - end);
+}
+
+void EncodeObject(absl::Span<char> dst, absl::string_view key,
+                  absl::string_view value, uint64_t incarnation,
+                  uint64_t sequence) {
+  char* p = dst.data();
+  uint64_t checksum =
+      EncodeObjectPrefix(dst, key, value.size(), incarnation, sequence);
+  uint64_t value_off = ValueOffset(key.size());
+  if (!value.empty()) std::memcpy(p + value_off, value.data(), value.size());
+  uint64_t digest_off = DigestOffset(key.size(), value.size());
+  std::memset(p + value_off + value.size(), 0,
+              digest_off - value_off - value.size());
+  EncodeDigests(value, checksum, dst.subspan(digest_off));
+  uint64_t end = digest_off + 8 * DigestCount(value.size());
+  std::memset(p + end, 0, ObjectBytes(key.size(), value.size()) - end);
 }
 
 namespace {
@@ -219,9 +236,30 @@ absl::Status CheckHeaderAndKey(absl::Span<const char> bytes,
 
 absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
                                 absl::string_view key, const KeyHash& hash,
-                                uint64_t incarnation) {
+                                uint64_t incarnation, ObjectHeader* header) {
   ObjectHeader h;
-  return CheckHeaderAndKey(bytes, key, hash, incarnation, &h);
+  return CheckHeaderAndKey(bytes, key, hash, incarnation,
+                           header != nullptr ? header : &h);
+}
+
+absl::Status VerifyValue(const ObjectHeader& header,
+                         absl::Span<const char> value,
+                         absl::Span<const char> digests) {
+  uint64_t chunks = DigestCount(header.value_length);
+  if (value.size() != header.value_length || digests.size() < 8 * chunks) {
+    return absl::OutOfRangeError("value or digests shorter than the header says");
+  }
+  for (uint64_t c = 0; c < chunks; ++c) {
+    size_t begin = c * kDigestChunkBytes;
+    size_t len = std::min<size_t>(kDigestChunkBytes, value.size() - begin);
+    uint64_t stored;
+    std::memcpy(&stored, digests.data() + 8 * c, 8);
+    if (stored != ChunkDigest(value.data() + begin, len,
+                              header.header_checksum, c)) {
+      return absl::AbortedError("object value digest mismatch; re-read");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
@@ -233,19 +271,11 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
       ObjectBytes(h.key_length, h.value_length) > bytes.size()) {
     return absl::OutOfRangeError("object read shorter than the object");
   }
-  const char* v = bytes.data() + ValueOffset(h.key_length);
-  uint64_t digest_off = ValueOffset(h.key_length) + RoundUp(h.value_length, 8);
-  uint64_t chunks = DigestCount(h.value_length);
-  for (uint64_t c = 0; c < chunks; ++c) {
-    size_t begin = c * kDigestChunkBytes;
-    size_t len = std::min<size_t>(kDigestChunkBytes, h.value_length - begin);
-    uint64_t stored;
-    std::memcpy(&stored, bytes.data() + digest_off + 8 * c, 8);
-    if (stored != ChunkDigest(v + begin, len, h.header_checksum, c)) {
-      return absl::AbortedError("object value digest mismatch; re-read");
-    }
-  }
-  *value = absl::string_view(v, h.value_length);
+  absl::Span<const char> v =
+      bytes.subspan(ValueOffset(h.key_length), h.value_length);
+  MESHPOOL_RETURN_IF_ERROR(VerifyValue(
+      h, v, bytes.subspan(DigestOffset(h.key_length, h.value_length))));
+  *value = absl::string_view(v.data(), v.size());
   return absl::OkStatus();
 }
 

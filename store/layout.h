@@ -143,11 +143,24 @@ uint64_t ObjectBytes(uint64_t key_length, uint64_t value_length);
 // Byte offset of the value inside an object.
 uint64_t ValueOffset(uint64_t key_length);
 
+// Byte offset of the digests inside an object.
+uint64_t DigestOffset(uint64_t key_length, uint64_t value_length);
+
 // Writes a complete object into `dst` (REQUIRES: dst.size() >=
 // ObjectBytes(key.size(), value.size())).
 void EncodeObject(absl::Span<char> dst, absl::string_view key,
                   absl::string_view value, uint64_t incarnation,
                   uint64_t sequence);
+
+// The pieces of EncodeObject, for writers that gather the value straight
+// from the caller's memory: the header and padded key (ValueOffset(key)
+// bytes; returns the header checksum), and the digests
+// (8 * DigestCount(value.size()) bytes, to go at DigestOffset).
+uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
+                            uint64_t value_length, uint64_t incarnation,
+                            uint64_t sequence);
+void EncodeDigests(absl::string_view value, uint64_t header_checksum,
+                   absl::Span<char> dst);
 
 // Checks bytes read from a slot's offset against the key the reader wants.
 //   OK -> *value points into `bytes`.
@@ -164,9 +177,19 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
 // object of `key`; NotFound for another key; Aborted when torn or from
 // another incarnation. Enough to decide which slot holds a key, since
 // objects are complete before they are published.
+// When OK and `header` is not null, *header is the object's header.
 absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
                                 absl::string_view key, const KeyHash& hash,
-                                uint64_t incarnation);
+                                uint64_t incarnation,
+                                ObjectHeader* header = nullptr);
+
+// Checks a value fetched apart from its header against the object's digests
+// (read from DigestOffset): OK, or Aborted when they disagree (torn or
+// reused: re-read), OutOfRange when the spans are shorter than the header
+// says.
+absl::Status VerifyValue(const ObjectHeader& header,
+                         absl::Span<const char> value,
+                         absl::Span<const char> digests);
 
 }  // namespace meshpool::store
 

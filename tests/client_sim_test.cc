@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -158,6 +159,64 @@ TEST_F(ClientSimTest, ConcurrentInsertOfANewKeyLeavesOneSlot) {
   EXPECT_EQ(*a_->Get("new"), "a");
   ASSERT_TRUE(b_->Delete("new").ok());
   EXPECT_FALSE(*a_->Exists("new"));
+}
+
+// True when `wr` moves bytes straight to or from `buffer`.
+bool TouchesBuffer(const rdma::WorkRequest& wr, absl::Span<const char> buffer) {
+  const char* local = static_cast<const char*>(wr.local);
+  return local >= buffer.data() && local < buffer.data() + buffer.size();
+}
+
+TEST_F(ClientSimTest, RegisteredBuffersMoveLargeValuesWithoutStaging) {
+  std::vector<char> memory(1 << 20);
+  auto registered = a_->RegisterBuffer(memory.data(), memory.size());
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  absl::Span<char> buffer = (*registered)->span();
+  const size_t kValue = 300 << 10;
+  for (size_t i = 0; i < kValue; ++i) buffer[i] = static_cast<char>(i * 7);
+  std::string expected(buffer.data(), kValue);
+
+  std::atomic<int> direct_writes{0}, direct_reads{0};
+  fabric_->SetBeforeExecute([&](absl::string_view, const rdma::WorkRequest& wr) {
+    if (!TouchesBuffer(wr, buffer)) return;
+    if (wr.opcode == rdma::Opcode::kWrite && wr.length == kValue) ++direct_writes;
+    if (wr.opcode == rdma::Opcode::kRead && wr.length == kValue) ++direct_reads;
+  });
+  ASSERT_TRUE(a_->Put("big", absl::string_view(buffer.data(), kValue)).ok());
+  EXPECT_EQ(direct_writes, 1) << "the value was not gathered from the buffer";
+  EXPECT_EQ(*b_->Get("big"), expected);  // b_ reads through staging
+
+  absl::Span<char> out = buffer.subspan(kValue + 4096);
+  absl::StatusOr<size_t> n = a_->Get("big", out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(direct_reads, 1) << "the value was not read into the buffer";
+  EXPECT_EQ(absl::string_view(out.data(), *n), expected);
+
+  // A registered buffer too small: OutOfRange, as with a plain one.
+  EXPECT_EQ(a_->Get("big", out.subspan(0, 1000)).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(ClientSimTest, ZeroCopyGetRetriesWhenValueReusedMidRead) {
+  std::vector<char> memory(1 << 20);
+  auto registered = a_->RegisterBuffer(memory.data(), memory.size());
+  ASSERT_TRUE(registered.ok());
+  absl::Span<char> out = (*registered)->span();
+  ASSERT_TRUE(a_->Put("big", std::string(100 << 10, 'o')).ok());
+  // Right before the value lands in the caller's buffer, B replaces the key
+  // and the old value's bytes are overwritten.
+  InterceptOnce(
+      [&](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kRead && TouchesBuffer(wr, out);
+      },
+      [&](const rdma::WorkRequest& wr) {
+        ASSERT_TRUE(b_->Put("big", std::string(100 << 10, 'n')).ok());
+        std::memset(reinterpret_cast<void*>(wr.remote_addr), 'X', 64);
+      });
+  absl::StatusOr<size_t> n = a_->Get("big", out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(fired_, 1);
+  EXPECT_EQ(absl::string_view(out.data(), *n), std::string(100 << 10, 'n'));
 }
 
 TEST_F(ClientSimTest, DeadNodeMakesOperationsUnavailableNotHang) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration_util.h"
 
@@ -83,8 +84,14 @@ TEST_F(CliTest, PutAndGetMoveAOneMiBFileByteForByte) {
 
 TEST_F(CliTest, DelStatAndErrorsReportClearly) {
   ASSERT_EQ(Shell("printf 'x' | " + Meshpool("put k1 -")).exit_code, 0);
-  ShellResult stat = Shell(Meshpool("stat --json"));
-  ASSERT_EQ(stat.exit_code, 0) << stat.output;
+  // Nodes count objects at their periodic index scan: wait for it.
+  ShellResult stat;
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    stat = Shell(Meshpool("stat --json"));
+    ASSERT_EQ(stat.exit_code, 0) << stat.output;
+  } while (stat.output.find("\"objects\":1") == std::string::npos &&
+           absl::Now() < deadline);
   EXPECT_NE(stat.output.find("\"id\":\"node-3\""), std::string::npos)
       << stat.output;
   EXPECT_NE(stat.output.find("\"objects\":1"), std::string::npos) << stat.output;

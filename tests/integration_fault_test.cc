@@ -78,10 +78,16 @@ TEST(RaceTest, ConcurrentPutsAndGetsOfSameKeysNeverSeeTornOrForeignValues) {
         const std::string& key = keys[rng() % kKeys];
         uint64_t version = static_cast<uint64_t>(w) * 1000000 + i;
         absl::Status s;
-        // The pool may be momentarily full until sealed slabs are reclaimed.
-        for (int attempt = 0; attempt < 500; ++attempt) {
+        // The pool may be full until sealed slabs are reclaimed (lease,
+        // margin and grace: a few seconds); a generous deadline, since CI
+        // machines are slow and shared.
+        absl::Time deadline = absl::Now() + absl::Seconds(60);
+        while (true) {
           s = writer_client->Put(key, MakeValue(key, version, kRaceValueBytes));
-          if (s.code() != absl::StatusCode::kResourceExhausted) break;
+          if (s.code() != absl::StatusCode::kResourceExhausted ||
+              absl::Now() > deadline) {
+            break;
+          }
           ++full_retries;
           absl::SleepFor(absl::Milliseconds(10));
         }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "tools/local_cluster.h"
@@ -27,6 +28,20 @@ inline std::unique_ptr<Client> ConnectClient(const std::string& coordinator) {
   auto client = Client::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
+}
+
+// Nodes count objects at their periodic index scan (every 200 ms by
+// default), so a test waits for the count it expects, up to a deadline.
+template <typename Predicate>
+bool WaitForStatus(Client& client, Predicate done,
+                   absl::Duration timeout = absl::Seconds(20)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<ClusterStatus> status = client.Status();
+    if (status.ok() && done(*status)) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
 }
 
 // A value that names its key and version, so a reader can tell a torn or

@@ -1,4 +1,5 @@
 // store/layout: slot encoding, layout computation, object encode/verify.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -178,6 +179,40 @@ TEST(StoreLayout, BucketsForGivesTwoDistinctBucketsInRange) {
     ASSERT_LT(p.first, count);
     ASSERT_LT(p.second, count);
     ASSERT_NE(p.first, p.second);
+  }
+}
+
+TEST(StoreLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
+  const std::string key = "gather";
+  for (size_t size : {size_t{0}, size_t{13}, size_t{(1 << 20) + 5}}) {
+    std::string value(size, 'g');
+    for (size_t i = 0; i < size; ++i) value[i] = static_cast<char>(i * 31);
+    std::vector<char> whole(ObjectBytes(key.size(), size));
+    EncodeObject(absl::MakeSpan(whole), key, value, 9, 4);
+    std::vector<char> prefix(ValueOffset(key.size()));
+    uint64_t checksum =
+        EncodeObjectPrefix(absl::MakeSpan(prefix), key, size, 9, 4);
+    std::vector<char> digests(8 * DigestCount(size));
+    EncodeDigests(value, checksum, absl::MakeSpan(digests));
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), whole.begin()));
+    EXPECT_TRUE(std::equal(digests.begin(), digests.end(),
+                           whole.begin() + DigestOffset(key.size(), size)));
+
+    ObjectHeader header;
+    ASSERT_TRUE(VerifyHeaderAndKey(absl::MakeConstSpan(prefix), key,
+                                   HashKey(key), 9, &header)
+                    .ok());
+    EXPECT_EQ(header.value_length, size);
+    EXPECT_TRUE(VerifyValue(header, value, digests).ok());
+    if (size > 0) {
+      value[size / 2] ^= 1;
+      EXPECT_EQ(VerifyValue(header, value, digests).code(),
+                absl::StatusCode::kAborted);
+    }
+    EXPECT_EQ(VerifyValue(header, absl::string_view(value).substr(0, size / 2),
+                          digests)
+                  .code(),
+              size == 0 ? absl::StatusCode::kOk : absl::StatusCode::kOutOfRange);
   }
 }
 

@@ -101,9 +101,13 @@ class Client {
     virtual ~RegisteredBuffer() = default;
     virtual absl::Span<char> span() const = 0;
   };
-  // Registers [addr, addr + length) with every transport this client uses,
-  // so Get/Put on spans inside it need no staging registration.
-  // InvalidArgument for a null or empty range.
+  // Registers [addr, addr + length) with the transport. Afterwards, a Put
+  // whose value lies inside it and a Get whose output buffer lies inside it
+  // move values of at least 64 KiB straight between this memory and the
+  // node's pool, with no staging copy (a Get then takes one more round trip:
+  // header first, then the value). Smaller values are staged either way.
+  // InvalidArgument for a null or empty range. REQUIRES: registered ranges
+  // do not overlap.
   absl::StatusOr<std::unique_ptr<RegisteredBuffer>> RegisterBuffer(
       void* addr, size_t length);
 
@@ -112,7 +116,8 @@ class Client {
   absl::Status Put(absl::string_view key, absl::string_view value);
 
   // Copies the value into `out` and returns its length. OutOfRange (with
-  // the needed size) when `out` is too small; nothing is written then.
+  // the needed size) when `out` is too small. On any error the contents of
+  // `out` are unspecified.
   absl::StatusOr<size_t> Get(absl::string_view key, absl::Span<char> out);
   absl::StatusOr<std::string> Get(absl::string_view key);
 
