@@ -99,28 +99,39 @@ class Client::Impl {
     return op(**again);
   }
 
-  // Groups key indices by home node; keys that cannot be routed get their
-  // error in `fail`.
-  template <typename Fail>
-  std::vector<std::pair<std::shared_ptr<NodeConnection>, std::vector<size_t>>>
-  GroupByNode(absl::Span<const KeyRef> keys, Fail fail) {
-    std::vector<std::pair<std::shared_ptr<NodeConnection>, std::vector<size_t>>>
-        groups;
+  // Validates and routes `keys`, then calls
+  //   per_node(node, indices, refs)
+  // once per home node with the indices (into `keys`) of the keys it holds
+  // and their refs. An invalid or unroutable key gets its error through
+  // fail(index, status) instead.
+  template <typename Fail, typename PerNode>
+  void ForEachNode(absl::Span<const absl::string_view> keys, Fail fail,
+                   PerNode per_node) {
+    struct Group {
+      std::shared_ptr<NodeConnection> node;
+      std::vector<size_t> indices;
+      std::vector<KeyRef> refs;
+    };
+    std::vector<Group> groups;
     for (size_t i = 0; i < keys.size(); ++i) {
-      absl::StatusOr<std::shared_ptr<NodeConnection>> node = Route(keys[i]);
+      if (absl::Status valid = client_internal::ValidateKey(keys[i]);
+          !valid.ok()) {
+        fail(i, valid);
+        continue;
+      }
+      KeyRef ref = client_internal::MakeKeyRef(keys[i]);
+      absl::StatusOr<std::shared_ptr<NodeConnection>> node = Route(ref);
       if (!node.ok()) {
         fail(i, node.status());
         continue;
       }
       auto it = std::find_if(groups.begin(), groups.end(),
-                             [&](const auto& g) { return g.first == *node; });
-      if (it == groups.end()) {
-        groups.push_back({*node, {}});
-        it = groups.end() - 1;
-      }
-      it->second.push_back(i);
+                             [&](const Group& g) { return g.node == *node; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {*node, {}, {}});
+      it->indices.push_back(i);
+      it->refs.push_back(ref);
     }
-    return groups;
+    for (Group& g : groups) per_node(*g.node, g.indices, g.refs);
   }
 
   absl::Status RefreshMap() {
@@ -334,19 +345,6 @@ absl::StatusOr<bool> Client::Exists(absl::string_view key) {
 
 namespace {
 
-// Validates keys; returns refs for all (invalid ones flagged in `ok`).
-std::vector<KeyRef> PrepareKeys(absl::Span<const absl::string_view> keys,
-                                std::vector<absl::Status>& errors) {
-  std::vector<KeyRef> refs;
-  refs.reserve(keys.size());
-  errors.assign(keys.size(), absl::OkStatus());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    errors[i] = client_internal::ValidateKey(keys[i]);
-    refs.push_back(client_internal::MakeKeyRef(keys[i]));
-  }
-  return refs;
-}
-
 absl::Status SizeMismatch(size_t keys, size_t others, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(
       "batch has ", keys, " keys but ", others, " ", what,
@@ -358,35 +356,23 @@ absl::Status SizeMismatch(size_t keys, size_t others, absl::string_view what) {
 std::vector<absl::Status> Client::BatchPut(
     absl::Span<const absl::string_view> keys,
     absl::Span<const absl::string_view> values) {
+  std::vector<absl::Status> results(keys.size());
   if (keys.size() != values.size()) {
-    return std::vector<absl::Status>(
-        keys.size(), SizeMismatch(keys.size(), values.size(), "values"));
+    for (auto& r : results) r = SizeMismatch(keys.size(), values.size(), "values");
+    return results;
   }
-  std::vector<absl::Status> results;
-  std::vector<KeyRef> refs = PrepareKeys(keys, results);
-  std::vector<KeyRef> valid;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < refs.size(); ++i) {
-    if (results[i].ok()) {
-      valid.push_back(refs[i]);
-      index.push_back(i);
-    }
-  }
-  auto groups = impl_->GroupByNode(
-      valid, [&](size_t i, absl::Status s) { results[index[i]] = s; });
-  for (auto& [node, members] : groups) {
-    std::vector<KeyRef> k;
-    std::vector<absl::string_view> v;
-    for (size_t m : members) {
-      k.push_back(valid[m]);
-      v.push_back(values[index[m]]);
-    }
-    std::vector<absl::Status> out(k.size());
-    client_internal::BatchPutValues(*node, k, v,
-                                    impl_->NextSequence(k.size()),
-                                    absl::MakeSpan(out));
-    for (size_t j = 0; j < members.size(); ++j) results[index[members[j]]] = out[j];
-  }
+  impl_->ForEachNode(
+      keys, [&](size_t i, absl::Status s) { results[i] = std::move(s); },
+      [&](NodeConnection& node, const std::vector<size_t>& indices,
+          const std::vector<KeyRef>& refs) {
+        std::vector<absl::string_view> v;
+        for (size_t i : indices) v.push_back(values[i]);
+        std::vector<absl::Status> out(refs.size());
+        client_internal::BatchPutValues(node, refs, v,
+                                        impl_->NextSequence(refs.size()),
+                                        absl::MakeSpan(out));
+        for (size_t j = 0; j < indices.size(); ++j) results[indices[j]] = out[j];
+      });
   return results;
 }
 
@@ -398,41 +384,34 @@ std::vector<absl::StatusOr<size_t>> Client::BatchGet(
     for (auto& r : results) r = SizeMismatch(keys.size(), outs.size(), "buffers");
     return results;
   }
-  std::vector<absl::Status> errors;
-  std::vector<KeyRef> refs = PrepareKeys(keys, errors);
-  std::vector<KeyRef> valid;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < refs.size(); ++i) {
-    if (errors[i].ok()) {
-      valid.push_back(refs[i]);
-      index.push_back(i);
-    } else {
-      results[i] = errors[i];
-    }
-  }
-  auto groups = impl_->GroupByNode(
-      valid, [&](size_t i, absl::Status s) { results[index[i]] = s; });
-  for (auto& [node, members] : groups) {
-    std::vector<KeyRef> k;
-    std::vector<absl::Span<char>> o;
-    for (size_t m : members) {
-      k.push_back(valid[m]);
-      o.push_back(outs[index[m]]);
-    }
-    std::vector<absl::StatusOr<size_t>> out(k.size());
-    client_internal::BatchGetValues(*node, k, o,
-                                    impl_->options().max_verify_retries,
-                                    absl::MakeSpan(out));
-    for (size_t j = 0; j < members.size(); ++j) results[index[members[j]]] = out[j];
-  }
+  impl_->ForEachNode(
+      keys, [&](size_t i, absl::Status s) { results[i] = std::move(s); },
+      [&](NodeConnection& node, const std::vector<size_t>& indices,
+          const std::vector<KeyRef>& refs) {
+        std::vector<absl::Span<char>> o;
+        for (size_t i : indices) o.push_back(outs[i]);
+        std::vector<absl::StatusOr<size_t>> out(refs.size());
+        client_internal::BatchGetValues(node, refs, o,
+                                        impl_->options().max_verify_retries,
+                                        absl::MakeSpan(out));
+        for (size_t j = 0; j < indices.size(); ++j) results[indices[j]] = out[j];
+      });
   return results;
 }
 
 std::vector<absl::StatusOr<bool>> Client::BatchExists(
     absl::Span<const absl::string_view> keys) {
-  std::vector<absl::StatusOr<bool>> results;
-  results.reserve(keys.size());
-  for (absl::string_view key : keys) results.push_back(Exists(key));
+  std::vector<absl::StatusOr<bool>> results(keys.size());
+  impl_->ForEachNode(
+      keys, [&](size_t i, absl::Status s) { results[i] = std::move(s); },
+      [&](NodeConnection& node, const std::vector<size_t>& indices,
+          const std::vector<KeyRef>& refs) {
+        std::vector<absl::StatusOr<bool>> out(refs.size());
+        client_internal::BatchKeysExist(node, refs,
+                                        impl_->options().max_verify_retries,
+                                        absl::MakeSpan(out));
+        for (size_t j = 0; j < indices.size(); ++j) results[indices[j]] = out[j];
+      });
   return results;
 }
 

@@ -83,6 +83,11 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
                     absl::Span<const absl::Span<char>> outs,
                     int max_verify_retries,
                     absl::Span<absl::StatusOr<size_t>> results);
+// Bucket reads for all keys in one post, header+key reads of every candidate
+// in the next; a key whose candidate is torn falls back to KeyExists.
+void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
+                    int max_verify_retries,
+                    absl::Span<absl::StatusOr<bool>> results);
 // Objects for all keys are written in one post (one flush); each is then
 // published with its own CAS.
 void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,

@@ -86,6 +86,20 @@ TEST_F(ClusterTest, GetIntoCallerBufferAndRegisteredBuffer) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(std::string(pinned.data(), *n), value);
 
+  // Large values move straight between registered memory and the pool.
+  std::string big = MakeValue("big", 1, 3 << 20);
+  std::vector<char> source(big.begin(), big.end());
+  auto registered_source = client_->RegisterBuffer(source.data(), source.size());
+  ASSERT_TRUE(registered_source.ok());
+  ASSERT_TRUE(client_->Put("big", absl::string_view(source.data(), source.size()))
+                  .ok());
+  std::vector<char> sink(4 << 20);
+  auto registered_sink = client_->RegisterBuffer(sink.data(), sink.size());
+  ASSERT_TRUE(registered_sink.ok());
+  n = client_->Get("big", (*registered_sink)->span());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_TRUE(absl::string_view(sink.data(), *n) == big);
+
   std::vector<char> small(100);
   absl::StatusOr<size_t> short_read = client_->Get("buf", absl::MakeSpan(small));
   EXPECT_EQ(short_read.status().code(), absl::StatusCode::kOutOfRange);

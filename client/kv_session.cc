@@ -1,0 +1,139 @@
+#include "client/kv_session.h"
+
+#include <utility>
+
+namespace meshpool::client_internal {
+
+absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes) {
+  return absl::OutOfRangeError(absl::StrCat(
+      "value is ", value_bytes, " bytes but the buffer holds ", buffer_bytes,
+      "; pass a buffer of at least that size"));
+}
+
+absl::StatusOr<Session> OpenSession(NodeConnection& node) {
+  MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::LaneLease lane, node.AcquireLane());
+  return Session(node, std::move(lane));
+}
+
+CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
+                             uint64_t* cursor) {
+  CandidatePlan plan;
+  plan.slots = b.Candidates(key, s.node().layout());
+  for (int c : plan.slots) {
+    plan.offsets.push_back(*cursor);
+    plan.lengths.push_back(s.ObjectReadLength(b.words[c]));
+    *cursor += plan.lengths.back();
+  }
+  return plan;
+}
+
+void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
+                       char* staging, std::vector<rdma::WorkRequest>& wrs) {
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    s.AddRead(wrs, staging + plan.offsets[i],
+              store::DecodeSlot(b.words[plan.slots[i]]).offset,
+              plan.lengths[i]);
+  }
+}
+
+absl::Status VerifyCandidates(Session& s, const KeyRef& key,
+                              const CandidatePlan& plan, const char* staging,
+                              ValueSink sink) {
+  bool stale = false;
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    absl::string_view value;
+    absl::Status v = store::VerifyObject(
+        absl::MakeConstSpan(staging + plan.offsets[i], plan.lengths[i]),
+        key.key, key.hash, s.node().incarnation(), &value);
+    if (v.ok()) return sink(value);
+    if (v.code() != absl::StatusCode::kNotFound) stale = true;
+  }
+  return stale ? absl::AbortedError("torn object")
+               : absl::NotFoundError("key not found");
+}
+
+bool ReadLeasePassed(Session& s, absl::Time start) {
+  return absl::Now() - start > s.node().read_lease();
+}
+
+absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
+                            std::vector<Buckets>* buckets) {
+  buckets->resize(keys.size());
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(kBucketPairBytes * keys.size()));
+  std::vector<rdma::WorkRequest> wrs;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    s.AddBucketReads(wrs, keys[i], staging.data() + i * kBucketPairBytes,
+                     &(*buckets)[i]);
+  }
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::memcpy((*buckets)[i].words, staging.data() + i * kBucketPairBytes,
+                kBucketPairBytes);
+  }
+  return absl::OkStatus();
+}
+
+// The CAS protocol. A failed CAS means another writer changed the slot:
+// look again.
+absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
+                     absl::Time deadline) {
+  for (int round = 0; round < kMaxPublishRounds; ++round) {
+    if (absl::Now() > deadline) {
+      return absl::AbortedError("slab lease ended before publishing");
+    }
+    Buckets b;
+    MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
+    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (!mine.ok()) return mine.status();
+    int target = -1;
+    if (!mine->empty()) {
+      target = mine->front();
+    } else {
+      for (size_t i = 0; i < kSlotsPerKey && target < 0; ++i) {
+        if (b.words[i] == 0) target = static_cast<int>(i);
+      }
+      if (target < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "both index buckets of this key on ", s.node().Describe(),
+            " are full; delete keys, add nodes, or restart the node with "
+            "more index buckets"));
+      }
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(8));
+    uint64_t* old_value = reinterpret_cast<uint64_t*>(staging.data());
+    std::vector<rdma::WorkRequest> wrs;
+    s.AddCas(wrs, old_value, b.slot_offset[target], b.words[target], word);
+    MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+    if (*old_value != b.words[target]) continue;  // lost a race: look again
+    if (mine->empty()) {
+      // We filled an empty slot; a concurrent writer may have filled another
+      // for the same key. Everyone keeps the first slot in bucket order and
+      // clears the rest, so exactly one survives.
+      for (int again = 0; again < kMaxPublishRounds; ++again) {
+        MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+        mine = s.FindKeySlots(key, b);
+        if (mine.status().code() == absl::StatusCode::kAborted) continue;
+        break;
+      }
+      if (!mine.ok()) return mine.status();
+    }
+    if (mine->size() > 1) {
+      MESHPOOL_ASSIGN_OR_RETURN(staging, s.Staging(8 * mine->size()));
+      wrs.clear();
+      for (size_t i = 1; i < mine->size(); ++i) {
+        int dup = (*mine)[i];
+        s.AddCas(wrs, reinterpret_cast<uint64_t*>(staging.data()) + i,
+                 b.slot_offset[dup], b.words[dup], 0);
+      }
+      MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+    }
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "gave up publishing after ", kMaxPublishRounds,
+      " lost races on one key; retry"));
+}
+
+}  // namespace meshpool::client_internal

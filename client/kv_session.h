@@ -1,0 +1,253 @@
+// Internal to client/: the pieces the single-key protocols (kv_protocol.cc)
+// and the batched ones (kv_batch.cc) share — the bucket view of a key, one
+// operation's use of a lane (Session), candidate reads, and the publishing
+// CAS loop. Not thread-safe: a Session belongs to one operation.
+#ifndef MESHPOOL_CLIENT_KV_SESSION_H_
+#define MESHPOOL_CLIENT_KV_SESSION_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/kv_protocol.h"
+#include "client/node_connection.h"
+#include "common/common.h"
+#include "rdma/rdma.h"
+#include "store/layout.h"
+
+namespace meshpool::client_internal {
+
+inline constexpr size_t kSlotsPerKey = 2 * store::kSlotsPerBucket;
+inline constexpr size_t kBucketPairBytes = 2 * store::kBucketBytes;
+// A CAS that keeps losing to other writers gives up after this many rounds.
+inline constexpr int kMaxPublishRounds = 64;
+
+// The index words a key may live in, and where each slot is.
+struct Buckets {
+  uint64_t words[kSlotsPerKey];
+  uint64_t slot_offset[kSlotsPerKey];
+
+  // Slots whose fingerprint matches and whose object lies in the pool.
+  std::vector<int> Candidates(const KeyRef& key,
+                              const store::PoolLayout& layout) const {
+    std::vector<int> out;
+    uint8_t fp = store::Fingerprint(key.hash);
+    for (size_t i = 0; i < kSlotsPerKey; ++i) {
+      if (words[i] == 0) continue;
+      store::Slot slot = store::DecodeSlot(words[i]);
+      if (slot.fingerprint != fp) continue;
+      if (slot.offset < layout.slab_area_offset ||
+          slot.offset + store::kObjectHeaderBytes > layout.pool_bytes) {
+        continue;  // not an object pointer; never ours
+      }
+      out.push_back(static_cast<int>(i));
+    }
+    return out;
+  }
+};
+
+// One operation's use of one lane on one node.
+class Session {
+ public:
+  Session(NodeConnection& node, NodeConnection::LaneLease lane)
+      : node_(node), lane_(std::move(lane)) {}
+
+  NodeConnection& node() { return node_; }
+  absl::StatusOr<absl::Span<char>> Staging(size_t bytes) {
+    MESHPOOL_RETURN_IF_ERROR(CheckLane());
+    return lane_->Staging(bytes);
+  }
+
+  // One-sided requests against the node's pool; `pool_offset` is from the
+  // pool start. Transfers over the transport limit are split.
+  // `lkey` names the registration holding the local memory; by default the
+  // lane's staging buffer.
+  void AddRead(std::vector<rdma::WorkRequest>& wrs, char* dst,
+               uint64_t pool_offset, uint64_t length,
+               std::optional<uint32_t> lkey = std::nullopt) {
+    AddTransfer(wrs, rdma::Opcode::kRead, dst, pool_offset, length,
+                lkey.value_or(this->lkey()));
+  }
+  void AddWrite(std::vector<rdma::WorkRequest>& wrs, const char* src,
+                uint64_t pool_offset, uint64_t length,
+                std::optional<uint32_t> lkey = std::nullopt) {
+    AddTransfer(wrs, rdma::Opcode::kWrite, const_cast<char*>(src), pool_offset,
+                length, lkey.value_or(this->lkey()));
+  }
+  void AddCas(std::vector<rdma::WorkRequest>& wrs, uint64_t* old_value,
+              uint64_t pool_offset, uint64_t expected, uint64_t desired) {
+    rdma::WorkRequest wr;
+    wr.wr_id = wrs.size();
+    wr.opcode = rdma::Opcode::kCompareSwap;
+    wr.local = old_value;
+    wr.length = rdma::kAtomicBytes;
+    wr.lkey = lkey();
+    wr.remote_addr = node_.pool_addr() + pool_offset;
+    wr.rkey = node_.pool_rkey();
+    wr.compare_add = expected;
+    wr.swap = desired;
+    wrs.push_back(wr);
+  }
+
+  // Posts `wrs` (in chunks of kMaxBatch) and waits for every completion.
+  // Any failure discards the lane and reads as Unavailable.
+  absl::Status Run(absl::Span<const rdma::WorkRequest> wrs) {
+    MESHPOOL_RETURN_IF_ERROR(CheckLane());
+    std::vector<rdma::Completion> done(std::min(wrs.size(), rdma::kMaxBatch));
+    for (size_t i = 0; i < wrs.size(); i += rdma::kMaxBatch) {
+      auto chunk = wrs.subspan(i, rdma::kMaxBatch);
+      absl::Status s = rdma::PostAndWait(lane_->endpoint(), chunk,
+                                         absl::MakeSpan(done), node_.op_timeout());
+      if (!s.ok()) {
+        lane_.Discard();
+        return absl::UnavailableError(absl::StrCat(
+            node_.Describe(), " failed mid-operation: ", s.message(),
+            "; it may have died: retry once the cluster map updates"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads the key's two buckets.
+  absl::Status ReadBuckets(const KeyRef& key, Buckets* b) {
+    MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                              Staging(kBucketPairBytes));
+    std::vector<rdma::WorkRequest> wrs;
+    AddBucketReads(wrs, key, staging.data(), b);
+    MESHPOOL_RETURN_IF_ERROR(Run(wrs));
+    std::memcpy(b->words, staging.data(), kBucketPairBytes);
+    return absl::OkStatus();
+  }
+  void AddBucketReads(std::vector<rdma::WorkRequest>& wrs, const KeyRef& key,
+                      char* dst, Buckets* b) {
+    const store::PoolLayout& layout = node_.layout();
+    store::BucketPair pair = store::BucketsFor(key.hash, layout.bucket_count);
+    uint64_t first = layout.bucket_offset(pair.first);
+    uint64_t second = layout.bucket_offset(pair.second);
+    AddRead(wrs, dst, first, store::kBucketBytes);
+    AddRead(wrs, dst + store::kBucketBytes, second, store::kBucketBytes);
+    for (size_t i = 0; i < store::kSlotsPerBucket; ++i) {
+      b->slot_offset[i] = first + i * store::kSlotBytes;
+      b->slot_offset[store::kSlotsPerBucket + i] = second + i * store::kSlotBytes;
+    }
+  }
+
+  // Length of a READ fetching an object through `word`, clipped to the pool.
+  uint64_t ObjectReadLength(uint64_t word) const {
+    store::Slot slot = store::DecodeSlot(word);
+    return std::min(slot.size_bound, node_.layout().pool_bytes - slot.offset);
+  }
+
+  // The candidate slots that hold `key` (checked by header and key).
+  // Aborted when a candidate is torn: the bucket view is stale.
+  absl::StatusOr<std::vector<int>> FindKeySlots(
+      const KeyRef& key, const Buckets& b,
+      std::vector<store::ObjectHeader>* headers = nullptr) {
+    std::vector<int> candidates = b.Candidates(key, node_.layout());
+    std::vector<int> mine;
+    if (candidates.empty()) return mine;
+    uint64_t want = store::ValueOffset(key.key.size());
+    MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                              Staging(want * candidates.size()));
+    std::vector<rdma::WorkRequest> wrs;
+    std::vector<uint64_t> lengths;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      lengths.push_back(
+          std::min(want, ObjectReadLength(b.words[candidates[c]])));
+      AddRead(wrs, staging.data() + c * want,
+              store::DecodeSlot(b.words[candidates[c]]).offset, lengths[c]);
+    }
+    MESHPOOL_RETURN_IF_ERROR(Run(wrs));
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      store::ObjectHeader header;
+      absl::Status s = store::VerifyHeaderAndKey(
+          absl::MakeConstSpan(staging.data() + c * want, lengths[c]), key.key,
+          key.hash, node_.incarnation(), &header);
+      if (s.ok()) {
+        mine.push_back(candidates[c]);
+        if (headers != nullptr) headers->push_back(header);
+      } else if (s.code() == absl::StatusCode::kAborted) {
+        return s;
+      }  // NotFound / OutOfRange: another key's object.
+    }
+    return mine;
+  }
+
+ private:
+  // After a transport failure the lane is gone; later steps of the same
+  // operation (e.g. the rest of a batch) fail the same way.
+  uint32_t lkey() const { return lane_.valid() ? lane_->staging_lkey() : 0; }
+  absl::Status CheckLane() const {
+    if (lane_.valid()) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        node_.Describe(), " failed earlier in this operation; retry"));
+  }
+
+  void AddTransfer(std::vector<rdma::WorkRequest>& wrs, rdma::Opcode op,
+                   char* local, uint64_t pool_offset, uint64_t length,
+                   uint32_t lkey) {
+    while (length > 0) {
+      uint32_t n = static_cast<uint32_t>(
+          std::min<uint64_t>(length, rdma::kMaxTransferBytes));
+      rdma::WorkRequest wr;
+      wr.wr_id = wrs.size();
+      wr.opcode = op;
+      wr.local = local;
+      wr.length = n;
+      wr.lkey = lkey;
+      wr.remote_addr = node_.pool_addr() + pool_offset;
+      wr.rkey = node_.pool_rkey();
+      wrs.push_back(wr);
+      local += n;
+      pool_offset += n;
+      length -= n;
+    }
+  }
+
+  NodeConnection& node_;
+  NodeConnection::LaneLease lane_;
+};
+
+absl::StatusOr<Session> OpenSession(NodeConnection& node);
+// OutOfRange naming both sizes.
+absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes);
+
+// Where each candidate object of one key lands in a staging buffer.
+struct CandidatePlan {
+  std::vector<int> slots;
+  std::vector<uint64_t> offsets;  // into staging
+  std::vector<uint64_t> lengths;
+};
+
+// Plans READs of every candidate of `key` into staging from `*cursor` on.
+CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
+                             uint64_t* cursor);
+void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
+                       char* staging, std::vector<rdma::WorkRequest>& wrs);
+// Hands the first candidate that verifies to `sink`; NotFound when none is
+// the key; Aborted when one is torn (the bucket view is stale).
+absl::Status VerifyCandidates(Session& s, const KeyRef& key,
+                              const CandidatePlan& plan, const char* staging,
+                              ValueSink sink);
+// Past the read lease, the slab we read from may have been reclaimed and
+// reused: what we fetched could be stale even if it verifies.
+bool ReadLeasePassed(Session& s, absl::Time start);
+// Phase one of every batch: all keys' buckets in one post.
+absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
+                            std::vector<Buckets>* buckets);
+// Makes the key's slot point at `word` with one CAS (retrying lost races).
+// Aborted when `deadline` passed before publishing; ResourceExhausted when
+// both buckets are full.
+absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
+                     absl::Time deadline);
+
+}  // namespace meshpool::client_internal
+
+#endif  // MESHPOOL_CLIENT_KV_SESSION_H_
