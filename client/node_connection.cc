@@ -21,9 +21,11 @@ constexpr size_t kMinStagingBytes = 64 << 10;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(rdma::Transport& transport,
-                                                   absl::string_view address) {
-  MESHPOOL_ASSIGN_OR_RETURN(auto endpoint, transport.Connect(address, nullptr));
+absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(
+    rdma::Transport& transport, absl::string_view address,
+    const rdma::Handshake& handshake) {
+  MESHPOOL_ASSIGN_OR_RETURN(auto endpoint,
+                            transport.Connect(address, handshake));
   return std::unique_ptr<Lane>(new Lane(transport, std::move(endpoint)));
 }
 
@@ -106,7 +108,9 @@ absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
       return LaneLease(this, std::move(lane));
     }
   }
-  auto lane = Lane::Create(transport_, info_.transport_addresses(0));
+  auto lane = Lane::Create(
+      transport_, info_.transport_addresses(0),
+      [this](const std::string& request) { return Handshake(request); });
   if (!lane.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "cannot connect to ", Describe(), ": ", lane.status().message(),
@@ -191,6 +195,19 @@ absl::StatusOr<proto::NodeStats> NodeConnection::GetStats() {
       FromGrpc(stub_->GetStats(NewContext(ctx), request, &stats),
                absl::StrCat("stats from ", Describe())));
   return stats;
+}
+
+absl::StatusOr<std::string> NodeConnection::Handshake(
+    const std::string& request) {
+  proto::HandshakeRequest message;
+  message.set_transport(std::string(transport_.name()));
+  message.set_request(request);
+  proto::HandshakeReply reply;
+  grpc::ClientContext ctx;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->Handshake(NewContext(ctx), message, &reply),
+               absl::StrCat("transport handshake with ", Describe())));
+  return reply.reply();
 }
 
 }  // namespace meshpool::client_internal

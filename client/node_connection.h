@@ -27,8 +27,11 @@ namespace meshpool::client_internal {
 // One endpoint plus a staging buffer registered with the same transport.
 class Lane {
  public:
+  // `handshake` carries the transport's connection request to the node
+  // (verbs exchanges queue-pair attributes this way; tcp and sim need none).
   static absl::StatusOr<std::unique_ptr<Lane>> Create(
-      rdma::Transport& transport, absl::string_view address);
+      rdma::Transport& transport, absl::string_view address,
+      const rdma::Handshake& handshake);
 
   rdma::Endpoint& endpoint() { return *endpoint_; }
   // A registered staging area of at least `bytes` (grown on demand; earlier
@@ -103,6 +106,9 @@ class NodeConnection {
   absl::StatusOr<Allocation> Allocate(uint64_t bytes);
 
   absl::StatusOr<proto::NodeStats> GetStats();
+
+  // Sends a transport's connection request to the node's Handshake RPC.
+  absl::StatusOr<std::string> Handshake(const std::string& request);
 
   // Where `what` failed, for error messages ("node-1 (tcp://...)").
   std::string Describe() const;

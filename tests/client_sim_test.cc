@@ -288,5 +288,67 @@ TEST_F(ClientSimTest, DelayedRequestsStillCompleteInOrder) {
   }
 }
 
+// A transport that, like verbs, must exchange a request and reply with the
+// node over the control plane before an endpoint works.
+class HandshakingTransport : public rdma::Transport {
+ public:
+  explicit HandshakingTransport(std::unique_ptr<rdma::Transport> inner)
+      : inner_(std::move(inner)) {}
+  absl::string_view name() const override { return inner_->name(); }
+  absl::StatusOr<std::unique_ptr<rdma::MemoryRegion>> RegisterMemory(
+      void* addr, size_t length) override {
+    return inner_->RegisterMemory(addr, length);
+  }
+  absl::StatusOr<std::string> Listen(absl::string_view bind) override {
+    return inner_->Listen(bind);
+  }
+  absl::StatusOr<std::string> AcceptHandshake(
+      absl::string_view request) override {
+    ++accepted;
+    return absl::StrCat("welcome ", request);
+  }
+  absl::StatusOr<std::unique_ptr<rdma::Endpoint>> Connect(
+      absl::string_view peer, const rdma::Handshake& handshake) override {
+    if (!handshake) return absl::FailedPreconditionError("no handshake given");
+    absl::StatusOr<std::string> reply = handshake("qp 17");
+    if (!reply.ok()) return reply.status();
+    if (*reply != "welcome qp 17") {
+      return absl::InternalError(absl::StrCat("bad handshake reply ", *reply));
+    }
+    return inner_->Connect(peer, handshake);
+  }
+  std::atomic<int> accepted{0};
+
+ private:
+  std::unique_ptr<rdma::Transport> inner_;
+};
+
+TEST(ClientBootstrapTest, EndpointHandshakeTravelsOverTheNodeControlPlane) {
+  uint64_t seed = std::random_device()();
+  std::cout << "seed=" << seed << std::endl;
+  auto fabric = rdma::SimFabric::Create(seed);
+  auto coordinator = placement::Coordinator::Start({});
+  ASSERT_TRUE(coordinator.ok());
+  auto node_transport =
+      std::make_unique<HandshakingTransport>(fabric->CreateTransport("n"));
+  HandshakingTransport* node_side = node_transport.get();
+  store::NodeOptions options;
+  options.coordinator = (*coordinator)->address();
+  options.capacity_bytes = 8 << 20;
+  options.slab_bytes = 1 << 20;
+  options.huge_pages = false;
+  auto node = store::Node::Start(options, std::move(node_transport));
+  ASSERT_TRUE(node.ok()) << node.status();
+  ClientOptions client_options;
+  client_options.coordinator = (*coordinator)->address();
+  client_options.transport =
+      std::make_shared<HandshakingTransport>(fabric->CreateTransport("c"));
+  auto client = Client::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("k", "v").ok());
+  EXPECT_EQ(*(*client)->Get("k"), "v");
+  EXPECT_GE(node_side->accepted.load(), 1);
+}
+
 }  // namespace
 }  // namespace meshpool
