@@ -45,6 +45,31 @@ std::string HostName() {
   return name;
 }
 
+// The address clients should dial for `bound` ("host:port" or
+// "scheme://host:port"): the bound host, or `advertise` in its place.
+// InvalidArgument when the bound host is a wildcard and nothing is
+// advertised. Addresses without a port (e.g. "sim://name") pass unchanged.
+absl::StatusOr<std::string> Advertised(absl::string_view bound,
+                                       absl::string_view advertise) {
+  size_t scheme = bound.find("://");
+  size_t host_begin = scheme == absl::string_view::npos ? 0 : scheme + 3;
+  size_t colon = bound.rfind(':');
+  if (colon == absl::string_view::npos || colon < host_begin) {
+    return std::string(bound);
+  }
+  absl::string_view host = bound.substr(host_begin, colon - host_begin);
+  if (advertise.empty()) {
+    if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bound ", bound, " (all interfaces), which clients cannot dial; "
+          "pass --advertise HOST with this machine's reachable address"));
+    }
+    return std::string(bound);
+  }
+  return absl::StrCat(bound.substr(0, host_begin), advertise,
+                      bound.substr(colon));
+}
+
 absl::Status CheckOptions(const NodeOptions& o) {
   if (o.coordinator.empty()) {
     return absl::InvalidArgumentError(
@@ -201,8 +226,13 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
   info_.set_node_id(options_.node_id);
   info_.set_incarnation(incarnation_);
   info_.set_capacity_bytes(options_.capacity_bytes);
-  info_.set_control_address(server_->address());
-  info_.add_transport_addresses(transport_address);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::string control,
+      Advertised(server_->address(), options_.advertise_host));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::string data, Advertised(transport_address, options_.advertise_host));
+  info_.set_control_address(control);
+  info_.add_transport_addresses(data);
   rdma::RemoteRegion remote = region_->remote();
   info_.mutable_pool()->set_addr(remote.addr);
   info_.mutable_pool()->set_rkey(remote.rkey);

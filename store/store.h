@@ -30,6 +30,10 @@ struct NodeOptions {
   // NodeInfo.control_address, so it must be one clients can dial.
   std::string control_listen = "127.0.0.1:0";
   std::string transport_bind = "127.0.0.1:0";  // passed to Transport::Listen
+  // Host published to clients in place of the host the node bound (both
+  // control and transport addresses). Required when binding a wildcard
+  // address (0.0.0.0, [::]); Start fails with InvalidArgument otherwise.
+  std::string advertise_host;
   // Told to clients per granted slab; the node adds kLeaseMargin
   // (store/slab_manager.h) before it seals the slab.
   absl::Duration slab_lease = absl::Seconds(10);

@@ -399,6 +399,29 @@ TEST_F(NodeTest, CapacityTooSmallIsInvalidArgument) {
       << node.status();
 }
 
+TEST_F(NodeTest, AdvertisedHostReplacesTheBoundHostInPublishedAddresses) {
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.advertise_host = "localhost";
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  EXPECT_EQ(info.control_address().rfind("localhost:", 0), 0u)
+      << info.control_address();
+  EXPECT_EQ(info.transport_addresses(0).rfind("tcp://localhost:", 0), 0u)
+      << info.transport_addresses(0);
+}
+
+TEST_F(NodeTest, WildcardBindWithoutAdvertiseIsInvalidArgument) {
+  // Binds all interfaces only for the instant before Start refuses; no
+  // traffic is sent.
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.control_listen = "0.0.0.0:0";
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("--advertise"), std::string::npos)
+      << node.status();
+}
+
 TEST_F(NodeTest, ZeroSlabLeaseIsInvalidArgument) {
   NodeOptions options = BaseOptions(coordinator_->address());
   options.slab_lease = absl::ZeroDuration();

@@ -77,6 +77,8 @@ int RunNode(int argc, char** argv) {
   flags.Define("listen", "127.0.0.1:0", "control-plane (gRPC) address");
   flags.Define("transport", "tcp", "data transport: tcp");
   flags.Define("bind", "127.0.0.1:0", "data transport address");
+  flags.Define("advertise", "",
+               "host clients dial (required when --listen/--bind use 0.0.0.0)");
   flags.Define("slab-size", "0", "slab size granted to clients (0: automatic)");
   flags.Define("index-buckets", "0", "index buckets of 8 slots (0: pool/4KiB)");
   flags.Define("slab-lease", "10s", "how long a client may fill a granted slab");
@@ -108,6 +110,7 @@ int RunNode(int argc, char** argv) {
   options.node_id = flags.Get("node-id");
   options.control_listen = flags.Get("listen");
   options.transport_bind = flags.Get("bind");
+  options.advertise_host = flags.Get("advertise");
   options.slab_lease = *slab_lease;
   options.max_read_lease = *read_lease;
   options.huge_pages = !flags.GetBool("no-huge-pages");
