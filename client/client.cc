@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "placement/placement.h"
 #include "rdma/rdma.h"
+#include "store/slab_manager.h"
 
 namespace meshpool {
 
@@ -42,6 +43,11 @@ class RegisteredBufferImpl : public Client::RegisteredBuffer {
   std::shared_ptr<client_internal::BufferRegistry> registry_;
 };
 
+uint64_t RandomSequenceStart() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
 std::string NewClientId() {
   std::random_device rd;
   return absl::StrCat("client-", absl::Hex(rd()), absl::Hex(rd()));
@@ -52,7 +58,9 @@ std::string NewClientId() {
 class Client::Impl {
  public:
   explicit Impl(ClientOptions options)
-      : options_(std::move(options)), client_id_(NewClientId()) {}
+      : options_(std::move(options)),
+        client_id_(NewClientId()),
+        sequence_(RandomSequenceStart()) {}
 
   absl::Status Start() {
     MESHPOOL_ASSIGN_OR_RETURN(
@@ -64,7 +72,9 @@ class Client::Impl {
     MESHPOOL_ASSIGN_OR_RETURN(
         watch_, coordinator_->WatchClusterMap(
                     map.epoch(),
-                    [this](const proto::ClusterMap& m) { OnMap(m); }));
+                    [this](const proto::ClusterMap& m) {
+                      OnMap(m, /*from_watch=*/true);
+                    }));
     return absl::OkStatus();
   }
 
@@ -176,22 +186,32 @@ class Client::Impl {
     return s.status();
   }
 
-  void OnMap(const proto::ClusterMap& map) {
-    absl::MutexLock lock(&mu_);
-    if (map_ && map.epoch() <= map_->epoch()) return;
-    map_ = std::make_shared<const proto::ClusterMap>(map);
-    // Forget connections to nodes that died or restarted.
-    absl::flat_hash_map<std::string, bool> alive;
-    for (const proto::NodeEntry& e : map.nodes()) {
-      if (e.state() == proto::NODE_ALIVE) alive[ConnKey(e.info())] = true;
-    }
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!alive.contains(it->first)) {
-        connections_.erase(it++);
-      } else {
-        ++it;
+  // Adopts `map` when it is newer. A map from the watch is adopted even when
+  // its epoch is lower: the watch delivers in order, so a lower epoch means
+  // the coordinator restarted and counts again from scratch.
+  void OnMap(const proto::ClusterMap& map, bool from_watch = false) {
+    std::vector<std::shared_ptr<NodeConnection>> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      if (map_ && map.epoch() == map_->epoch()) return;
+      if (map_ && map.epoch() < map_->epoch() && !from_watch) return;
+      map_ = std::make_shared<const proto::ClusterMap>(map);
+      // Forget connections to nodes that died or restarted.
+      absl::flat_hash_map<std::string, bool> alive;
+      for (const proto::NodeEntry& e : map.nodes()) {
+        if (e.state() == proto::NODE_ALIVE) alive[ConnKey(e.info())] = true;
+      }
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        if (!alive.contains(it->first)) {
+          dropped.push_back(std::move(it->second));
+          connections_.erase(it++);
+        } else {
+          ++it;
+        }
       }
     }
+    // Destroyed outside the lock: a connection's destructor calls its node.
+    dropped.clear();
   }
 
   static std::string ConnKey(const proto::NodeInfo& info) {
@@ -244,7 +264,10 @@ class Client::Impl {
   const std::string client_id_;
   const std::shared_ptr<client_internal::BufferRegistry> buffers_ =
       std::make_shared<client_internal::BufferRegistry>();
-  std::atomic<uint64_t> sequence_{1};
+  // Object headers carry it, so it starts at random: two clients' objects
+  // of the same key and size never have identical headers (and digest
+  // seeds).
+  std::atomic<uint64_t> sequence_;
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
@@ -268,6 +291,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
           "MESHPOOL_COORDINATOR (`meshpool up` prints the address)");
     }
     options.coordinator = env;
+  }
+  if (options.op_timeout <= absl::ZeroDuration() ||
+      options.op_timeout >= store::kLeaseMargin) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op_timeout ", absl::FormatDuration(options.op_timeout),
+        " must be positive and below the memory nodes' lease margin (",
+        absl::FormatDuration(store::kLeaseMargin), ")"));
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   MESHPOOL_RETURN_IF_ERROR(impl->Start());

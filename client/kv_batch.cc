@@ -45,9 +45,9 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     };
     absl::Status st =
         lease_passed
-            ? absl::AbortedError("read lease passed")
+            ? ReadLeaseExpired()
             : VerifyCandidates(s, keys[i], plans[i], staging->data(), copy_out);
-    if (st.code() == absl::StatusCode::kAborted) {
+    if (IsRetryableRead(st)) {
       st = GetValue(node, keys[i], max_verify_retries, copy_out);
     }
     if (st.ok()) {
@@ -131,14 +131,24 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   std::vector<uint64_t> sizes(keys.size()), staged(keys.size());
   std::vector<bool> written(keys.size(), false);
   uint64_t total = 0;
+  // A node that is full or unreachable fails every later key the same way;
+  // asking again per key would only wait out the same timeout again.
+  absl::Status node_failure;
   for (size_t i = 0; i < keys.size(); ++i) {
     sizes[i] = store::ObjectBytes(keys[i].key.size(), values[i].size());
+    if (!node_failure.ok()) {
+      results[i] = node_failure;
+      continue;
+    }
     absl::StatusOr<NodeConnection::Allocation> a = node.Allocate(sizes[i]);
     if (!a.ok()) {
       results[i] = a.status();
+      if (a.status().code() != absl::StatusCode::kInvalidArgument) {
+        node_failure = a.status();
+      }
       continue;
     }
-    allocs[i] = *a;
+    allocs[i] = *std::move(a);
     staged[i] = total;
     total += sizes[i];
     written[i] = true;
@@ -150,13 +160,13 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     if (!written[i]) continue;
     store::EncodeObject(staging->subspan(staged[i], sizes[i]), keys[i].key,
                         values[i], node.incarnation(), first_sequence + i);
-    s.AddWrite(wrs, staging->data() + staged[i], allocs[i].offset, sizes[i]);
+    s.AddWrite(wrs, staging->data() + staged[i], allocs[i].offset(), sizes[i]);
     last = static_cast<int64_t>(i);
   }
   absl::Status st = staging.status();
   if (st.ok() && last >= 0) {
     s.AddRead(wrs, staging->data() + total,
-              allocs[last].offset + sizes[last] - 8, 8);
+              allocs[last].offset() + sizes[last] - 8, 8);
     st = s.Run(wrs);
   }
   // Phase 2: publish each.
@@ -167,8 +177,9 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
       continue;
     }
     uint64_t word = store::EncodeSlot(store::Fingerprint(keys[i].hash),
-                                      sizes[i], allocs[i].offset);
-    results[i] = Publish(s, keys[i], word, allocs[i].publish_deadline);
+                                      sizes[i], allocs[i].offset());
+    results[i] = Publish(s, keys[i], word, allocs[i].publish_deadline());
+    allocs[i] = {};  // published or abandoned: the slab may be released
     if (results[i].code() == absl::StatusCode::kAborted) {
       results[i] = PutValue(node, keys[i], values[i], first_sequence + i);
     }

@@ -34,7 +34,7 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
   std::vector<rdma::WorkRequest> wrs;
   AddCandidateReads(s, b, plan, staging.data(), wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
-  if (ReadLeasePassed(s, start)) return absl::AbortedError("read lease passed");
+  if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   return VerifyCandidates(s, key, plan, staging.data(), sink);
 }
 
@@ -62,7 +62,7 @@ absl::Status ReadCandidateDirect(Session& s, const KeyRef& key,
             offset + store::DigestOffset(h.key_length, h.value_length),
             digest_bytes);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
-  if (ReadLeasePassed(s, start)) return absl::AbortedError("read lease passed");
+  if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::Span<const char> value(direct.out.data(), h.value_length);
   MESHPOOL_RETURN_IF_ERROR(store::VerifyValue(h, value, staging));
   return sink(absl::string_view(value.data(), value.size()));
@@ -97,6 +97,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
                       int max_verify_retries, ValueSink sink,
                       const DirectBuffer* direct) {
   MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
+  bool slow = false;  // the last attempt outlived the read lease
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     absl::Time start = absl::Now();
     Buckets b;
@@ -109,7 +110,14 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
         direct != nullptr && largest >= kZeroCopyMinBytes
             ? ReadCandidateDirect(s, key, b, start, *direct, sink)
             : ReadCandidates(s, key, b, start, sink);
-    if (st.code() != absl::StatusCode::kAborted) return st;
+    if (!IsRetryableRead(st)) return st;
+    slow = st.code() == absl::StatusCode::kDeadlineExceeded;
+  }
+  if (slow) {
+    return absl::UnavailableError(absl::StrCat(
+        "GET from ", node.Describe(), " kept taking longer than the node's ",
+        absl::FormatDuration(node.read_lease()),
+        " read lease; the node or network is overloaded: retry"));
   }
   return NeverVerified(key, node, max_verify_retries);
 }
@@ -169,12 +177,12 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
                               node.Allocate(bytes));
     MESHPOOL_RETURN_IF_ERROR(
         gather ? WriteGatheredObject(s, node, key, value, *value_lkey,
-                                     sequence, a.offset)
-               : WriteStagedObject(s, node, key, value, sequence, a.offset,
+                                     sequence, a.offset())
+               : WriteStagedObject(s, node, key, value, sequence, a.offset(),
                                    bytes));
     uint64_t word =
-        store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset);
-    absl::Status st = Publish(s, key, word, a.publish_deadline);
+        store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset());
+    absl::Status st = Publish(s, key, word, a.publish_deadline());
     if (st.code() != absl::StatusCode::kAborted) return st;
   }
   return absl::UnavailableError(

@@ -76,12 +76,41 @@ absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
 
 // The CAS protocol. A failed CAS means another writer changed the slot:
 // look again.
+namespace {
+
+// After an insert: a concurrent writer may have filled another slot for the
+// same key. Everyone keeps the first slot in bucket order (readers and
+// writers prefer it too) and clears the rest, until one remains. Best
+// effort: the value is already published, and a leftover duplicate is never
+// read (the first slot wins) and is cleared by the key's next write.
+void RemoveDuplicates(Session& s, const KeyRef& key) {
+  for (int round = 0; round < kMaxPublishRounds; ++round) {
+    Buckets b;
+    if (!s.ReadBuckets(key, &b).ok()) return;
+    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
+    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (!mine.ok() || mine->size() <= 1) return;
+    absl::StatusOr<absl::Span<char>> staging = s.Staging(8 * mine->size());
+    if (!staging.ok()) return;
+    std::vector<rdma::WorkRequest> wrs;
+    for (size_t i = 1; i < mine->size(); ++i) {
+      int dup = (*mine)[i];
+      s.AddCas(wrs, reinterpret_cast<uint64_t*>(staging->data()) + i,
+               b.slot_offset[dup], b.words[dup], 0);
+    }
+    if (!s.Run(wrs).ok()) return;
+  }
+}
+
+}  // namespace
+
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline) {
+  auto too_late = [] {
+    return absl::AbortedError("slab lease ended before publishing");
+  };
   for (int round = 0; round < kMaxPublishRounds; ++round) {
-    if (absl::Now() > deadline) {
-      return absl::AbortedError("slab lease ended before publishing");
-    }
+    if (absl::Now() > deadline) return too_late();
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
     absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
@@ -105,30 +134,13 @@ absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
     uint64_t* old_value = reinterpret_cast<uint64_t*>(staging.data());
     std::vector<rdma::WorkRequest> wrs;
     s.AddCas(wrs, old_value, b.slot_offset[target], b.words[target], word);
+    // The reads above may have been slow: the lease is checked again as
+    // close to the CAS as the client can.
+    if (absl::Now() > deadline) return too_late();
     MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
     if (*old_value != b.words[target]) continue;  // lost a race: look again
-    if (mine->empty()) {
-      // We filled an empty slot; a concurrent writer may have filled another
-      // for the same key. Everyone keeps the first slot in bucket order and
-      // clears the rest, so exactly one survives.
-      for (int again = 0; again < kMaxPublishRounds; ++again) {
-        MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
-        mine = s.FindKeySlots(key, b);
-        if (mine.status().code() == absl::StatusCode::kAborted) continue;
-        break;
-      }
-      if (!mine.ok()) return mine.status();
-    }
-    if (mine->size() > 1) {
-      MESHPOOL_ASSIGN_OR_RETURN(staging, s.Staging(8 * mine->size()));
-      wrs.clear();
-      for (size_t i = 1; i < mine->size(); ++i) {
-        int dup = (*mine)[i];
-        s.AddCas(wrs, reinterpret_cast<uint64_t*>(staging.data()) + i,
-                 b.slot_offset[dup], b.words[dup], 0);
-      }
-      MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
-    }
+    // Published. Never Aborted from here: the caller would publish again.
+    if (mine->size() != 1) RemoveDuplicates(s, key);
     return absl::OkStatus();
   }
   return absl::UnavailableError(absl::StrCat(

@@ -139,10 +139,14 @@ class Session {
     }
   }
 
-  // Length of a READ fetching an object through `word`, clipped to the pool.
+  // Length of a READ fetching an object through `word`, clipped to the pool
+  // and to a slab (no object is larger; a corrupt word cannot make the
+  // client fetch or stage more).
   uint64_t ObjectReadLength(uint64_t word) const {
     store::Slot slot = store::DecodeSlot(word);
-    return std::min(slot.size_bound, node_.layout().pool_bytes - slot.offset);
+    const store::PoolLayout& layout = node_.layout();
+    return std::min({slot.size_bound, layout.slab_bytes,
+                     layout.pool_bytes - slot.offset});
   }
 
   // The candidate slots that hold `key` (checked by header and key).
@@ -239,6 +243,16 @@ absl::Status VerifyCandidates(Session& s, const KeyRef& key,
 // Past the read lease, the slab we read from may have been reclaimed and
 // reused: what we fetched could be stale even if it verifies.
 bool ReadLeasePassed(Session& s, absl::Time start);
+// What a read step returns when its lease passed (DeadlineExceeded: slow, not
+// corrupt), and whether a read step's status means "read the index again"
+// (that, or Aborted: torn or reused).
+inline absl::Status ReadLeaseExpired() {
+  return absl::DeadlineExceededError("read lease passed");
+}
+inline bool IsRetryableRead(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
 // Phase one of every batch: all keys' buckets in one post.
 absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets);

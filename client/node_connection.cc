@@ -3,7 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/meshpool/client.h"
 #include "common/common.h"
+#include "store/slab_manager.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -16,6 +18,9 @@ constexpr int kPublishPercentOfLease = 75;
 // for new objects (the write might outlast the window).
 constexpr int kMinRemainingPercent = 25;
 static_assert(kMinRemainingPercent < kPublishPercentOfLease);
+// A CAS posted just before the publish deadline must land before the node
+// seals the slab (DESIGN: docs/ARCHITECTURE.md "Slabs, leases").
+static_assert(store::kLeaseMargin > kDefaultOpTimeout);
 // Staging buffers grow in steps of this many bytes at least.
 constexpr size_t kMinStagingBytes = 64 << 10;
 
@@ -32,17 +37,21 @@ absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(
 absl::StatusOr<absl::Span<char>> Lane::Staging(size_t bytes) {
   if (bytes > buffer_bytes_) {
     size_t size = std::max(bytes, std::max(kMinStagingBytes, 2 * buffer_bytes_));
+    // Unregister and free the old buffer first; until the new one is both
+    // allocated and registered the lane has none.
     region_.reset();
-    buffer_.reset(new (std::nothrow) char[size]);
-    if (!buffer_) {
-      buffer_bytes_ = 0;
+    buffer_.reset();
+    buffer_bytes_ = 0;
+    std::unique_ptr<char[]> buffer(new (std::nothrow) char[size]);
+    if (!buffer) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate a ", FormatSize(size),
                        " staging buffer; use smaller values"));
     }
-    buffer_bytes_ = size;
     MESHPOOL_ASSIGN_OR_RETURN(region_,
-                              transport_.RegisterMemory(buffer_.get(), size));
+                              transport_.RegisterMemory(buffer.get(), size));
+    buffer_ = std::move(buffer);
+    buffer_bytes_ = size;
   }
   return absl::Span<char>(buffer_.get(), bytes);
 }
@@ -129,15 +138,59 @@ grpc::ClientContext* NodeConnection::NewContext(grpc::ClientContext& ctx) const 
   return &ctx;
 }
 
-absl::Status NodeConnection::GrantSlabLocked() {
-  if (has_slab_) {
+NodeConnection::Allocation& NodeConnection::Allocation::operator=(
+    Allocation&& other) noexcept {
+  if (this != &other) {
+    if (owner_ != nullptr) owner_->AllocationDone(slab_);
+    owner_ = std::exchange(other.owner_, nullptr);
+    slab_ = other.slab_;
+    offset_ = other.offset_;
+    deadline_ = other.deadline_;
+  }
+  return *this;
+}
+
+NodeConnection::Allocation::~Allocation() {
+  if (owner_ != nullptr) owner_->AllocationDone(slab_);
+}
+
+void NodeConnection::AllocationDone(uint64_t slab) {
+  std::vector<uint64_t> release;
+  {
+    absl::MutexLock lock(&slab_mu_);
+    auto it = slab_uses_.find(slab);
+    if (it == slab_uses_.end()) return;
+    if (--it->second.outstanding == 0 && it->second.retired) {
+      release.push_back(slab);
+      slab_uses_.erase(it);
+    }
+  }
+  ReleaseSlabs(release);
+}
+
+void NodeConnection::ReleaseSlabs(const std::vector<uint64_t>& slabs) {
+  for (uint64_t slab : slabs) {
     proto::ReleaseSlabRequest release;
     release.set_client_id(options_.client_id);
-    release.set_slab(slab_);
+    release.set_slab(slab);
     proto::ReleaseSlabReply released;
     grpc::ClientContext ctx;
     // Best effort: the lease ends on its own anyway.
     (void)stub_->ReleaseSlab(NewContext(ctx), release, &released);
+  }
+}
+
+absl::Status NodeConnection::GrantSlabLocked(std::vector<uint64_t>* release) {
+  if (has_slab_) {
+    // Sealing the slab early lets the node reclaim it sooner, but only once
+    // every object carved from it is published: a slab sealed with an
+    // object still to be published could be freed before that CAS lands.
+    SlabUse& use = slab_uses_[slab_];
+    use.retired = true;
+    if (use.outstanding == 0) {
+      release->push_back(slab_);
+      slab_uses_.erase(slab_);
+    }
     has_slab_ = false;
   }
   proto::GrantSlabRequest request;
@@ -173,18 +226,26 @@ absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
         " holds (its slab size, ", layout_.slab_bytes,
         " bytes); split the value or start nodes with a larger --slab-size"));
   }
-  absl::MutexLock lock(&slab_mu_);
-  absl::Time now = absl::Now();
-  bool fits = has_slab_ && slab_cursor_ + bytes <= slab_end_;
-  bool window_left =
-      has_slab_ && (slab_deadline_ - now) * 100 >
-                       slab_window_ * kMinRemainingPercent;
-  if (!fits || !window_left) {
-    MESHPOOL_RETURN_IF_ERROR(GrantSlabLocked());
+  std::vector<uint64_t> release;
+  absl::StatusOr<Allocation> result;
+  {
+    absl::MutexLock lock(&slab_mu_);
+    absl::Time now = absl::Now();
+    bool fits = has_slab_ && slab_cursor_ + bytes <= slab_end_;
+    bool window_left = has_slab_ && (slab_deadline_ - now) * 100 >
+                                        slab_window_ * kMinRemainingPercent;
+    absl::Status granted = absl::OkStatus();
+    if (!fits || !window_left) granted = GrantSlabLocked(&release);
+    if (granted.ok()) {
+      ++slab_uses_[slab_].outstanding;
+      result = Allocation(this, slab_, slab_cursor_, slab_deadline_);
+      slab_cursor_ += bytes;
+    } else {
+      result = granted;
+    }
   }
-  Allocation a{slab_cursor_, slab_deadline_};
-  slab_cursor_ += bytes;
-  return a;
+  ReleaseSlabs(release);
+  return result;
 }
 
 absl::StatusOr<proto::NodeStats> NodeConnection::GetStats() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -94,10 +95,28 @@ class NodeConnection {
   // Unavailable when the node cannot be reached (it may have died).
   absl::StatusOr<LaneLease> AcquireLane();
 
-  // Space for one object in a slab leased from this node.
-  struct Allocation {
-    uint64_t offset = 0;           // from the pool start
-    absl::Time publish_deadline;   // publish (CAS) only before this
+  // Space for one object in a slab leased from this node. While it lives,
+  // the slab is not released early (the node would seal it and could reuse
+  // it while this object is still to be published): destroy it once the
+  // object is published or abandoned.
+  class Allocation {
+   public:
+    Allocation() = default;
+    Allocation(NodeConnection* owner, uint64_t slab, uint64_t offset,
+               absl::Time deadline)
+        : owner_(owner), slab_(slab), offset_(offset), deadline_(deadline) {}
+    Allocation(Allocation&& other) noexcept { *this = std::move(other); }
+    Allocation& operator=(Allocation&& other) noexcept;
+    ~Allocation();
+    uint64_t offset() const { return offset_; }  // from the pool start
+    // Publish (CAS) only before this.
+    absl::Time publish_deadline() const { return deadline_; }
+
+   private:
+    NodeConnection* owner_ = nullptr;
+    uint64_t slab_ = 0;
+    uint64_t offset_ = 0;
+    absl::Time deadline_;
   };
   // Carves `bytes` (a multiple of kObjectAlign) out of the current slab,
   // asking the node for a new slab when it is full or its lease is ending.
@@ -117,7 +136,12 @@ class NodeConnection {
   NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
                  const ConnectionOptions& options);
   void ReturnLane(std::unique_ptr<Lane> lane);
-  absl::Status GrantSlabLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
+  // Replaces the current slab; the old one is released once no allocation
+  // in it is outstanding (returned in *release when that is already so).
+  absl::Status GrantSlabLocked(std::vector<uint64_t>* release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
+  void AllocationDone(uint64_t slab);
+  void ReleaseSlabs(const std::vector<uint64_t>& slabs);
   grpc::ClientContext* NewContext(grpc::ClientContext& ctx) const;
 
   const proto::NodeInfo info_;
@@ -137,6 +161,12 @@ class NodeConnection {
   uint64_t slab_end_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::Time slab_deadline_ ABSL_GUARDED_BY(slab_mu_);
   absl::Duration slab_window_ ABSL_GUARDED_BY(slab_mu_);
+  // Outstanding allocations per slab, and whether the slab was replaced.
+  struct SlabUse {
+    uint64_t outstanding = 0;
+    bool retired = false;
+  };
+  absl::flat_hash_map<uint64_t, SlabUse> slab_uses_ ABSL_GUARDED_BY(slab_mu_);
 };
 
 }  // namespace meshpool::client_internal

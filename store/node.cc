@@ -92,6 +92,11 @@ absl::Status CheckOptions(const NodeOptions& o) {
           "; give a duration in (0, ", absl::FormatDuration(kMaxLease), "]"));
     }
   }
+  if (o.max_read_lease < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(
+        "NodeOptions.max_read_lease is under 1ms, which clients cannot be "
+        "told (it travels in whole milliseconds); use e.g. 100ms");
+  }
   if (o.coordinator_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "NodeOptions.coordinator_timeout must be > 0, e.g. 3s");

@@ -43,8 +43,10 @@ namespace meshpool::store {
 
 // Added to a lease on the node side only (see the file comment). Must exceed
 // the longest time a client's publishing CAS may take to land after the
-// client checked its lease (its post-to-completion timeout).
-inline constexpr absl::Duration kLeaseMargin = absl::Seconds(2);
+// client checked its lease: the client checks right before posting the CAS
+// and waits at most its op_timeout (client: kDefaultOpTimeout, 5 s, with a
+// static_assert there tying the two).
+inline constexpr absl::Duration kLeaseMargin = absl::Seconds(6);
 // Added to max_read_lease to form the reclamation grace.
 inline constexpr absl::Duration kReclaimMargin = absl::Milliseconds(500);
 inline constexpr absl::Duration kDefaultSlabLease = absl::Seconds(10);

@@ -46,14 +46,20 @@ class Transport;
 // Longest key, in bytes. Keys are arbitrary bytes, at least one.
 inline constexpr size_t kMaxKeyBytes = 4096;
 
+// Default deadline for one data operation's round trip. Memory nodes keep a
+// slab's lease alive longer than this past the client's own deadline, so a
+// publish that lands late still lands in a live slab.
+inline constexpr absl::Duration kDefaultOpTimeout = absl::Seconds(5);
+
 struct ClientOptions {
   // Coordinator "host:port". Empty: the MESHPOOL_COORDINATOR environment
   // variable.
   std::string coordinator;
   // How long Connect and each control-plane call wait.
   absl::Duration connect_timeout = absl::Seconds(3);
-  // Deadline for one data operation's round trip.
-  absl::Duration op_timeout = absl::Seconds(5);
+  // Deadline for one data operation's round trip. Keep it at or below
+  // kDefaultOpTimeout unless the nodes' lease margin is raised to match.
+  absl::Duration op_timeout = kDefaultOpTimeout;
   // Re-reads of an object that fails verification before DataLoss.
   int max_verify_retries = 16;
   // Tests: reach every node through this transport (e.g. a simulated
