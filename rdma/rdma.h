@@ -47,6 +47,11 @@ namespace meshpool::rdma {
 inline constexpr uint32_t kMaxTransferBytes = 1u << 30;
 // Most work requests one Post() accepts (one doorbell).
 inline constexpr size_t kMaxBatch = 512;
+// Most work requests posted on one endpoint and not yet polled (a verbs send
+// queue's depth). Responders rely on it to bound what one connection can
+// make them hold.
+inline constexpr size_t kMaxOutstanding = 2 * kMaxBatch;
+static_assert(kMaxOutstanding >= kMaxBatch);
 // Atomics operate on this many bytes, aligned to it.
 inline constexpr uint32_t kAtomicBytes = 8;
 static_assert(kMaxTransferBytes % kAtomicBytes == 0);
@@ -119,9 +124,11 @@ class Endpoint {
   virtual ~Endpoint() = default;
 
   // Posts `batch` as one unit. Returns InvalidArgument for a malformed request
-  // (nothing is posted then), Unavailable when the endpoint is broken (drop
-  // it and Connect() again). REQUIRES: batch.size() <= kMaxBatch; local
-  // buffers stay valid until their completions are polled.
+  // (nothing is posted then), ResourceExhausted when more than
+  // kMaxOutstanding requests would be outstanding (poll first), Unavailable
+  // when the endpoint is broken (drop it and Connect() again). REQUIRES:
+  // batch.size() <= kMaxBatch; local buffers stay valid until their
+  // completions are polled.
   virtual absl::Status Post(absl::Span<const WorkRequest> batch) = 0;
 
   // Waits up to `timeout` for completions and writes up to out.size() of
@@ -174,6 +181,9 @@ struct TcpOptions {
   uint32_t max_request_bytes = kMaxTransferBytes;
   // Client: how long Connect waits for the TCP handshake.
   absl::Duration connect_timeout = absl::Seconds(3);
+  // Client: a Post whose sending stalls this long (peer hung, link black-
+  // holed) breaks the endpoint with Unavailable instead of blocking.
+  absl::Duration send_timeout = absl::Seconds(10);
 };
 absl::StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(
     const TcpOptions& options = {});

@@ -104,7 +104,14 @@ absl::Status ValidateLocalRequest(const WorkRequest& wr) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch) {
+absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch,
+                                size_t outstanding) {
+  if (outstanding + batch.size() > kMaxOutstanding) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        outstanding, " requests are outstanding and ", batch.size(),
+        " more would pass the limit of ", kMaxOutstanding,
+        "; poll completions first"));
+  }
   if (batch.size() > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a batch holds at most ", kMaxBatch, " work requests, got ", batch.size(),

@@ -80,9 +80,11 @@ class RegisteredRegion : public MemoryRegion {
 // kAtomicBytes or a remote_addr not aligned to it.
 absl::Status ValidateLocalRequest(const WorkRequest& wr);
 
-// ValidateLocalRequest on each, plus batch.size() <= kMaxBatch. An empty
+// ValidateLocalRequest on each, plus batch.size() <= kMaxBatch and
+// outstanding + batch.size() <= kMaxOutstanding (else ResourceExhausted). An empty
 // batch is valid (nothing to post).
-absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch);
+absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch,
+                                size_t outstanding);
 
 // True for the four opcodes rdma.h defines.
 bool IsKnownOpcode(uint8_t opcode);

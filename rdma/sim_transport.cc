@@ -120,7 +120,8 @@ class SimEndpoint : public Endpoint {
         generation_(generation) {}
 
   absl::Status Post(absl::Span<const WorkRequest> batch) override {
-    MESHPOOL_RETURN_IF_ERROR(internal::ValidateLocalBatch(batch));
+    MESHPOOL_RETURN_IF_ERROR(
+        internal::ValidateLocalBatch(batch, queue_.size()));
     if (broken_.ok()) {
       absl::Status alive = fabric_->CheckAlive(*node_, generation_);
       if (!alive.ok()) Break(alive.message());

@@ -19,9 +19,16 @@
 namespace meshpool::rdma::internal {
 
 absl::StatusOr<std::unique_ptr<Endpoint>> TcpEndpoint::Connect(
-    absl::string_view address, absl::Duration connect_timeout) {
+    absl::string_view address, absl::Duration connect_timeout,
+    absl::Duration send_timeout) {
   MESHPOOL_ASSIGN_OR_RETURN(HostPort peer, ParseHostPort(address, "tcp://"));
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(peer, connect_timeout));
+  // A send that cannot progress for send_timeout fails (EAGAIN) and breaks
+  // the endpoint, so Post never blocks for good on a hung peer.
+  timeval tv = absl::ToTimeval(send_timeout);
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+    return ErrnoToStatus(errno, "setsockopt(SO_SNDTIMEO)");
+  }
   return std::unique_ptr<Endpoint>(new TcpEndpoint(std::move(fd)));
 }
 
@@ -33,7 +40,7 @@ void TcpEndpoint::Break(absl::string_view why) {
 }
 
 absl::Status TcpEndpoint::Post(absl::Span<const WorkRequest> batch) {
-  MESHPOOL_RETURN_IF_ERROR(ValidateLocalBatch(batch));
+  MESHPOOL_RETURN_IF_ERROR(ValidateLocalBatch(batch, pending_.size()));
   if (!broken_.ok()) return broken_;
   tx_headers_.resize(batch.size());
   tx_iov_.clear();

@@ -25,7 +25,8 @@ class TcpEndpoint : public Endpoint {
   // Connects to "tcp://host:port". InvalidArgument for a malformed address;
   // Unavailable when the peer cannot be reached within `connect_timeout`.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
-      absl::string_view address, absl::Duration connect_timeout);
+      absl::string_view address, absl::Duration connect_timeout,
+      absl::Duration send_timeout);
 
   // See rdma.h. Writes every header, and each WRITE's payload straight from
   // the caller's buffer, before returning (blocking).

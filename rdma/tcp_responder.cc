@@ -37,6 +37,19 @@
 #include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma::internal {
+namespace {
+
+// Responses one connection may have queued and not yet handed to its writer
+// thread. A client keeps at most kMaxOutstanding requests unpolled, so a
+// well-behaved one never waits on this; one that never reads its responses
+// stalls only its own connection, holding bounded memory.
+constexpr size_t kMaxQueuedResponses = kMaxOutstanding;
+// Connections served at once (two threads each); more are closed at once.
+constexpr size_t kMaxConnections = 512;
+// How long accepting pauses when the process is out of file descriptors.
+constexpr int kAcceptBackoffMs = 100;
+
+}  // namespace
 
 class TcpResponder::Connection {
  public:
@@ -123,6 +136,11 @@ void TcpResponder::Connection::Enqueue(const RequestHeader& h,
   out.payload = payload;
   out.last = last;
   absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+        return c->closing_ || c->queue_.size() < kMaxQueuedResponses;
+      },
+      this));
   queue_.push_back(out);
 }
 
@@ -248,12 +266,26 @@ void TcpResponder::AcceptLoop() {
       if (stopping_) return;
     }
     if ((fds[0].revents & POLLIN) == 0) continue;
+    {
+      // Closed connections give back their descriptors before we take one.
+      absl::MutexLock lock(&mu_);
+      ReapFinishedLocked();
+    }
     UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd.valid()) continue;  // EAGAIN, ECONNABORTED, EMFILE: try again
+    if (!fd.valid()) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        // Out of resources: the pending connection stays queued; wait (or
+        // stop) instead of spinning on a listener that stays readable.
+        pollfd wake = {wake_.read_end.get(), POLLIN, 0};
+        ::poll(&wake, 1, kAcceptBackoffMs);
+      }
+      continue;  // EAGAIN, ECONNABORTED: try again
+    }
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     absl::MutexLock lock(&mu_);
-    ReapFinishedLocked();
+    if (connections_.size() >= kMaxConnections) continue;  // closes fd
     connections_.push_back(std::make_unique<Connection>(
         std::move(fd), *registry_, max_request_bytes_));
   }

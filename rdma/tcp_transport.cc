@@ -44,7 +44,8 @@ class TcpTransport : public Transport {
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       absl::string_view peer_address, const Handshake& handshake) override {
     return internal::TcpEndpoint::Connect(peer_address,
-                                          options_.connect_timeout);
+                                          options_.connect_timeout,
+                                          options_.send_timeout);
   }
 
  private:

@@ -469,6 +469,40 @@ TEST_P(TransportConformanceTest, InvalidLocalRequestIsInvalidArgument) {
   EXPECT_EQ(word, 77u);
 }
 
+TEST_P(TransportConformanceTest, PostingPastMaxOutstandingIsResourceExhausted) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  *node_word(0) = 5;
+  std::vector<uint64_t> words(kMaxOutstanding + 1);
+  std::vector<WorkRequest> batch;
+  size_t posted = 0;
+  while (posted < kMaxOutstanding) {
+    batch.clear();
+    for (size_t i = 0; i < kMaxBatch && posted + i < kMaxOutstanding; ++i) {
+      batch.push_back(Request(Opcode::kRead, posted + i, &words[posted + i], 8, 0));
+    }
+    ASSERT_TRUE(ep->Post(batch).ok());
+    posted += batch.size();
+  }
+  std::vector<WorkRequest> one = {
+      Request(Opcode::kRead, posted, &words[posted], 8, 0)};
+  EXPECT_EQ(ep->Post(one).code(), absl::StatusCode::kResourceExhausted);
+  // Polling makes room again; the endpoint stays healthy.
+  std::vector<Completion> done(kMaxOutstanding);
+  size_t completed = 0;
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (completed < kMaxOutstanding && absl::Now() < deadline) {
+    auto n = ep->Poll(absl::MakeSpan(done).subspan(completed),
+                      absl::Milliseconds(100));
+    ASSERT_TRUE(n.ok()) << n.status();
+    completed += *n;
+  }
+  ASSERT_EQ(completed, kMaxOutstanding);
+  EXPECT_EQ(words[kMaxOutstanding - 1], 5u);
+  ASSERT_TRUE(Run(*ep, one).ok());
+  EXPECT_EQ(words[posted], 5u);
+}
+
 TEST_P(TransportConformanceTest, RegisterMemoryRejectsNullOrEmpty) {
   uint8_t byte;
   EXPECT_EQ(backend_->node().RegisterMemory(nullptr, 8).status().code(),

@@ -1,6 +1,7 @@
 // The tcp responder against hostile peers: every malformed or forbidden
 // frame closes only that connection, leaves registered memory byte-identical,
 // and a well-behaved endpoint opened before keeps working.
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -307,6 +308,42 @@ TEST_F(TcpResponderTest, PipelinedBigWritesWhileBigReadResponsesPendingDoNotDead
     EXPECT_EQ(std::memcmp(big.data() + (kCount + i) * kChunk,
                           writes[i].data(), kChunk), 0) << i;
   }
+}
+
+TEST_F(TcpResponderTest, ClientThatNeverReadsResponsesIsThrottledNotBuffered) {
+  // A client streams READ requests and never reads a response. The
+  // responder must stop reading from it (bounded queue) instead of queueing
+  // without limit; its sends then stall. Without the bound, all kFrames
+  // would be accepted.
+  constexpr size_t kFrames = 1000000;
+  RawSocket raw(port_);
+  ASSERT_TRUE(raw.connected());
+  ASSERT_EQ(::fcntl(raw.fd(), F_SETFL, ::fcntl(raw.fd(), F_GETFL) | O_NONBLOCK),
+            0);
+  RequestHeader h = Header(Opcode::kRead, 64 << 10, 0);
+  size_t accepted = 0;
+  size_t partial = 0;
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (accepted < kFrames && absl::Now() < deadline) {
+    const char* p = reinterpret_cast<const char*>(&h) + partial;
+    ssize_t n = ::send(raw.fd(), p, sizeof(h) - partial, MSG_NOSIGNAL);
+    if (n < 0 && errno == EAGAIN) {
+      // Give the responder a moment to drain, then check whether it did.
+      pollfd out{raw.fd(), POLLOUT, 0};
+      if (::poll(&out, 1, 500) == 0) break;  // stalled: throttled
+      continue;
+    }
+    ASSERT_GT(n, 0) << "responder closed the connection";
+    partial += static_cast<size_t>(n);
+    if (partial == sizeof(h)) {
+      partial = 0;
+      ++accepted;
+    }
+  }
+  std::cout << "frames accepted before the responder stopped reading: "
+            << accepted << std::endl;
+  EXPECT_LT(accepted, kFrames);
+  ExpectMemoryUntouchedAndGoodEndpointWorks();
 }
 
 TEST(TcpTransportTest, DestroyingTransportWithOpenConnectionsJoinsEverything) {
