@@ -104,8 +104,15 @@ absl::StatusOr<proto::RegisterNodeReply> Membership::Register(const proto::NodeI
     absl::StatusOr<proto::NodeEntry> old = state_->FindNode(info.node_id());
     if (!old.ok() && !absl::IsNotFound(old.status())) return old.status();
     // The same process registering again (a retry) keeps its last stats; a
-    // new incarnation starts afresh.
+    // new incarnation starts afresh. An incarnation declared dead may not
+    // come back: clients may have rewritten its keys elsewhere meanwhile.
     if (old.ok() && old->info().incarnation() == info.incarnation()) {
+      if (old->state() == proto::NODE_DEAD) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node ", info.node_id(), " incarnation ", info.incarnation(),
+            " was declared dead and its memory may be stale; restart the "
+            "node process to rejoin with a new incarnation"));
+      }
       *entry.mutable_stats() = old->stats();
     }
   }
@@ -133,6 +140,9 @@ absl::StatusOr<proto::HeartbeatReply> Membership::Heartbeat(
   if (entry->info().incarnation() != request.incarnation() ||
       entry->state() != proto::NODE_ALIVE) {
     reply.set_known(false);
+    reply.set_declared_dead(entry->info().incarnation() ==
+                                request.incarnation() &&
+                            entry->state() == proto::NODE_DEAD);
     return reply;
   }
   MESHPOOL_RETURN_IF_ERROR(

@@ -295,7 +295,17 @@ void NodeImpl::HeartbeatLoop() {
     if (!reachable) Log("coordinator reachable again");
     reachable = true;
     if (reply->known()) continue;
-    // The coordinator forgot us (restart without state) or declared us dead.
+    if (reply->declared_dead()) {
+      // Keys homed here may have been rewritten on other nodes since; serving
+      // these bytes again could return stale values. Fence: drop the pool's
+      // registration so every one-sided access is refused from now on.
+      Log("the coordinator declared this node dead; its memory may be "
+          "stale, so it stops serving (restart it to rejoin empty)");
+      region_.reset();
+      if (options_.on_declared_dead) options_.on_declared_dead();
+      return;
+    }
+    // The coordinator forgot us (restart without state).
     absl::StatusOr<proto::RegisterNodeReply> again =
         coordinator_->RegisterNode(info_);
     if (!again.ok()) {

@@ -45,6 +45,12 @@ struct NodeOptions {
   absl::Duration coordinator_timeout = absl::Seconds(3);
   bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB
   std::function<absl::Time()> clock;  // null -> absl::Now (tests inject)
+  // Called once, from a background thread, when the coordinator says it
+  // declared this node dead. The node has then already stopped one-sided
+  // access to its pool (its keys may have been rewritten elsewhere, so its
+  // memory is stale) and stopped heartbeating; the owner should Shutdown()
+  // and exit, and a restart rejoins as a new incarnation.
+  std::function<void()> on_declared_dead;
 };
 
 class NodeImpl;  // node.cc

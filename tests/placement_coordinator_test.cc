@@ -282,6 +282,28 @@ TEST_F(CoordinatorTest, RestartedNodeReplacesItsEntry) {
   EXPECT_TRUE(Beat(id, 2).known());
 }
 
+TEST_F(CoordinatorTest, DeadIncarnationIsToldSoAndCannotRejoin) {
+  const std::string id = Register(ValidNode("", 1)).node_id();
+  EXPECT_FALSE(Beat(id, 1).declared_dead());
+  clock_.Advance(dead_after_);
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  const proto::HeartbeatReply reply = Beat(id, 1);
+  EXPECT_FALSE(reply.known());
+  EXPECT_TRUE(reply.declared_dead())
+      << "a node paused past dead_after must learn its memory is stale";
+  // Its keys may have been rewritten elsewhere: the same incarnation may
+  // not come back; a restarted process (new incarnation) may.
+  absl::StatusOr<proto::RegisterNodeReply> again =
+      client_->RegisterNode(ValidNode(id, 1));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("restart"), std::string::npos)
+      << again.status();
+  EXPECT_EQ(FindEntry(RemoteMap(), id)->state(), proto::NODE_DEAD);
+  EXPECT_EQ(Register(ValidNode(id, 2)).node_id(), id);
+  EXPECT_FALSE(Beat(id, 1).declared_dead()) << "another incarnation now";
+  EXPECT_TRUE(Beat(id, 2).known());
+}
+
 TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
   struct Case {
     std::string what;

@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -453,6 +454,59 @@ class ClosedPort {
   int fd_;
   int port_ = 0;
 };
+
+TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
+  // The coordinator runs on a clock the test moves: jumping it past
+  // dead_after makes the reaper declare the node dead, unless a heartbeat
+  // lands first; so the test keeps jumping until the node learns it was
+  // declared dead (the 30 s bound is a failure bound, not a sync point).
+  std::atomic<int64_t> now_ns{absl::ToUnixNanos(absl::Now())};
+  placement::CoordinatorOptions coptions;
+  coptions.heartbeat_interval = absl::Milliseconds(20);
+  coptions.dead_after = absl::Seconds(1);
+  coptions.clock = [&now_ns] { return absl::FromUnixNanos(now_ns.load()); };
+  auto coordinator = placement::Coordinator::Start(std::move(coptions));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::Notification fenced;
+  NodeOptions options = BaseOptions((*coordinator)->address());
+  options.on_declared_dead = [&fenced] { fenced.Notify(); };
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto client = rdma::CreateTcpTransport();
+  ASSERT_TRUE(client.ok());
+  uint64_t word = 0;
+  rdma::WorkRequest read;
+  read.opcode = rdma::Opcode::kRead;
+  read.local = &word;
+  read.length = 8;
+  read.remote_addr = info.pool().addr();
+  read.rkey = info.pool().rkey();
+  rdma::Completion done;
+  {
+    auto endpoint = (*client)->Connect(info.transport_addresses(0), nullptr);
+    ASSERT_TRUE(endpoint.ok());
+    ASSERT_TRUE(
+        rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
+    EXPECT_EQ(word, kSuperblockMagic);
+  }
+  absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!fenced.WaitForNotificationWithTimeout(absl::Milliseconds(50)) &&
+         absl::Now() < give_up) {
+    now_ns += absl::ToInt64Nanoseconds(absl::Seconds(2));
+  }
+  ASSERT_TRUE(fenced.HasBeenNotified())
+      << "the node never learned it was declared dead";
+  auto endpoint = (*client)->Connect(info.transport_addresses(0), nullptr);
+  ASSERT_TRUE(endpoint.ok());
+  absl::Status refused =
+      rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  // And the coordinator keeps it dead: it did not sneak back in.
+  const proto::ClusterMap map = (*coordinator)->Map();
+  ASSERT_EQ(map.nodes_size(), 1);
+  EXPECT_EQ(map.nodes(0).state(), proto::NODE_DEAD);
+}
 
 TEST(NodeStart, UnreachableCoordinatorIsUnavailable) {
   ClosedPort closed;

@@ -1,5 +1,8 @@
 // Server subcommands: coordinator, node, up, demo.
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cstdio>
 #include <iostream>
@@ -114,6 +117,11 @@ int RunNode(int argc, char** argv) {
   options.slab_lease = *slab_lease;
   options.max_read_lease = *read_lease;
   options.huge_pages = !flags.GetBool("no-huge-pages");
+  static std::atomic<bool> declared_dead{false};
+  options.on_declared_dead = [] {
+    declared_dead = true;
+    ::kill(::getpid(), SIGTERM);  // wakes WaitForStopSignal below
+  };
   BlockStopSignals();
   auto transport = rdma::CreateTcpTransport();
   if (!transport.ok()) return Fail("node", transport.status());
@@ -127,6 +135,13 @@ int RunNode(int argc, char** argv) {
   std::fflush(stdout);
   WaitForStopSignal();
   (*node)->Shutdown();
+  if (declared_dead) {
+    std::fprintf(stderr,
+                 "meshpool node: the coordinator declared this node dead; it "
+                 "stopped serving because its memory may be stale. Restart "
+                 "it to rejoin with an empty pool.\n");
+    return 1;
+  }
   return 0;
 }
 
