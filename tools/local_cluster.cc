@@ -94,8 +94,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   coordinator_args.insert(coordinator_args.end(),
                           options.coordinator_args.begin(),
                           options.coordinator_args.end());
+  // The coordinator is silent when healthy; its errors always show.
   absl::StatusOr<pid_t> pid =
-      Spawn(binary, coordinator_args, fds[1], options.quiet);
+      Spawn(binary, coordinator_args, fds[1], /*quiet=*/false);
   close(fds[1]);
   if (!pid.ok()) {
     close(fds[0]);
@@ -108,9 +109,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   close(fds[0]);
   std::vector<std::string> words = absl::StrSplit(line, ' ');
   if (words.empty() || words.back().find(':') == std::string::npos) {
-    return absl::UnavailableError(absl::StrCat(
-        "the coordinator did not start (it printed '", line,
-        "'); run `meshpool coordinator` by hand to see why"));
+    return absl::UnavailableError(
+        "the coordinator did not start (its error is above); is the port "
+        "in use? pick another with --port");
   }
   cluster->coordinator_ = words.back();
   for (int i = 0; i < options.nodes; ++i) {

@@ -24,7 +24,7 @@ struct LocalClusterOptions {
   uint64_t slab_bytes = 0;                 // 0 = the node's default
   int coordinator_port = 0;                // 0 = any free port
   absl::Duration start_timeout = absl::Seconds(20);
-  bool quiet = true;  // children's stderr to /dev/null
+  bool quiet = true;  // nodes' stderr to /dev/null (the coordinator's shows)
   std::vector<std::string> node_args;        // extra `meshpool node` flags
   std::vector<std::string> coordinator_args;  // extra `meshpool coordinator` flags
 };
