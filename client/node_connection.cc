@@ -141,9 +141,9 @@ grpc::ClientContext* NodeConnection::NewContext(grpc::ClientContext& ctx) const 
 NodeConnection::Allocation& NodeConnection::Allocation::operator=(
     Allocation&& other) noexcept {
   if (this != &other) {
-    if (owner_ != nullptr) owner_->AllocationDone(slab_);
+    if (owner_ != nullptr) owner_->AllocationDone(grant_);
     owner_ = std::exchange(other.owner_, nullptr);
-    slab_ = other.slab_;
+    grant_ = other.grant_;
     offset_ = other.offset_;
     deadline_ = other.deadline_;
   }
@@ -151,17 +151,17 @@ NodeConnection::Allocation& NodeConnection::Allocation::operator=(
 }
 
 NodeConnection::Allocation::~Allocation() {
-  if (owner_ != nullptr) owner_->AllocationDone(slab_);
+  if (owner_ != nullptr) owner_->AllocationDone(grant_);
 }
 
-void NodeConnection::AllocationDone(uint64_t slab) {
+void NodeConnection::AllocationDone(uint64_t grant) {
   std::vector<uint64_t> release;
   {
     absl::MutexLock lock(&slab_mu_);
-    auto it = slab_uses_.find(slab);
+    auto it = slab_uses_.find(grant);
     if (it == slab_uses_.end()) return;
     if (--it->second.outstanding == 0 && it->second.retired) {
-      release.push_back(slab);
+      release.push_back(it->second.slab);
       slab_uses_.erase(it);
     }
   }
@@ -185,11 +185,11 @@ absl::Status NodeConnection::GrantSlabLocked(std::vector<uint64_t>* release) {
     // Sealing the slab early lets the node reclaim it sooner, but only once
     // every object carved from it is published: a slab sealed with an
     // object still to be published could be freed before that CAS lands.
-    SlabUse& use = slab_uses_[slab_];
+    SlabUse& use = slab_uses_[grant_];
     use.retired = true;
     if (use.outstanding == 0) {
       release->push_back(slab_);
-      slab_uses_.erase(slab_);
+      slab_uses_.erase(grant_);
     }
     has_slab_ = false;
   }
@@ -209,6 +209,8 @@ absl::Status NodeConnection::GrantSlabLocked(std::vector<uint64_t>* release) {
   }
   has_slab_ = true;
   slab_ = reply.slab();
+  grant_ = ++grants_;
+  slab_uses_[grant_].slab = slab_;
   slab_cursor_ = reply.offset();
   slab_end_ = reply.offset() + reply.length();
   // Measured from when we asked: the node's lease started after that.
@@ -237,8 +239,8 @@ absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
     absl::Status granted = absl::OkStatus();
     if (!fits || !window_left) granted = GrantSlabLocked(&release);
     if (granted.ok()) {
-      ++slab_uses_[slab_].outstanding;
-      result = Allocation(this, slab_, slab_cursor_, slab_deadline_);
+      ++slab_uses_[grant_].outstanding;
+      result = Allocation(this, grant_, slab_cursor_, slab_deadline_);
       slab_cursor_ += bytes;
     } else {
       result = granted;

@@ -102,9 +102,9 @@ class NodeConnection {
   class Allocation {
    public:
     Allocation() = default;
-    Allocation(NodeConnection* owner, uint64_t slab, uint64_t offset,
+    Allocation(NodeConnection* owner, uint64_t grant, uint64_t offset,
                absl::Time deadline)
-        : owner_(owner), slab_(slab), offset_(offset), deadline_(deadline) {}
+        : owner_(owner), grant_(grant), offset_(offset), deadline_(deadline) {}
     Allocation(Allocation&& other) noexcept { *this = std::move(other); }
     Allocation& operator=(Allocation&& other) noexcept;
     ~Allocation();
@@ -114,7 +114,7 @@ class NodeConnection {
 
    private:
     NodeConnection* owner_ = nullptr;
-    uint64_t slab_ = 0;
+    uint64_t grant_ = 0;  // which grant of a slab (slab numbers are reused)
     uint64_t offset_ = 0;
     absl::Time deadline_;
   };
@@ -137,10 +137,11 @@ class NodeConnection {
                  const ConnectionOptions& options);
   void ReturnLane(std::unique_ptr<Lane> lane);
   // Replaces the current slab; the old one is released once no allocation
-  // in it is outstanding (returned in *release when that is already so).
+  // in it is outstanding (its slab number goes to *release when that is
+  // already so).
   absl::Status GrantSlabLocked(std::vector<uint64_t>* release)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
-  void AllocationDone(uint64_t slab);
+  void AllocationDone(uint64_t grant);
   void ReleaseSlabs(const std::vector<uint64_t>& slabs);
   grpc::ClientContext* NewContext(grpc::ClientContext& ctx) const;
 
@@ -161,11 +162,16 @@ class NodeConnection {
   uint64_t slab_end_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::Time slab_deadline_ ABSL_GUARDED_BY(slab_mu_);
   absl::Duration slab_window_ ABSL_GUARDED_BY(slab_mu_);
-  // Outstanding allocations per slab, and whether the slab was replaced.
+  // Per grant (a slab number comes back once the node reclaims it, so grants
+  // are counted apart): the slab, its outstanding allocations, and whether
+  // it was replaced.
   struct SlabUse {
+    uint64_t slab = 0;
     uint64_t outstanding = 0;
     bool retired = false;
   };
+  uint64_t grant_ ABSL_GUARDED_BY(slab_mu_) = 0;  // the current slab's grant
+  uint64_t grants_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::flat_hash_map<uint64_t, SlabUse> slab_uses_ ABSL_GUARDED_BY(slab_mu_);
 };
 

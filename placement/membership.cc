@@ -139,10 +139,12 @@ absl::StatusOr<proto::HeartbeatReply> Membership::Heartbeat(
   }
   if (entry->info().incarnation() != request.incarnation() ||
       entry->state() != proto::NODE_ALIVE) {
+    // Either this incarnation was declared dead, or another incarnation now
+    // holds the id (a restart took over while this process was paused). In
+    // both cases its memory may be stale, and registering again would take
+    // the id back from the live holder: it must stop instead.
     reply.set_known(false);
-    reply.set_declared_dead(entry->info().incarnation() ==
-                                request.incarnation() &&
-                            entry->state() == proto::NODE_DEAD);
+    reply.set_declared_dead(true);
     return reply;
   }
   MESHPOOL_RETURN_IF_ERROR(

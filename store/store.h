@@ -49,7 +49,9 @@ struct NodeOptions {
   // declared this node dead. The node has then already stopped one-sided
   // access to its pool (its keys may have been rewritten elsewhere, so its
   // memory is stale) and stopped heartbeating; the owner should Shutdown()
-  // and exit, and a restart rejoins as a new incarnation.
+  // and exit, and a restart rejoins as a new incarnation. It runs on the
+  // node's heartbeat thread: it must not call Shutdown() itself (that joins
+  // this thread); wake another thread instead.
   std::function<void()> on_declared_dead;
 };
 

@@ -15,6 +15,7 @@
 #include "placement/placement.h"
 #include "rdma/rdma.h"
 #include "store/layout.h"
+#include "store/slab_manager.h"
 #include "store/store.h"
 
 namespace meshpool {
@@ -36,6 +37,7 @@ class ClientSimTest : public ::testing::Test {
     options.capacity_bytes = 16 << 20;
     options.slab_bytes = 1 << 20;
     options.huge_pages = false;
+    Configure(options);
     auto node = store::Node::Start(options, fabric_->CreateTransport(kNodeName));
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = *std::move(node);
@@ -45,6 +47,8 @@ class ClientSimTest : public ::testing::Test {
     ASSERT_NE(b_, nullptr);
   }
   void TearDown() override { fabric_->SetBeforeExecute(nullptr); }
+  // Lets a derived fixture change the node's options.
+  virtual void Configure(store::NodeOptions& options) {}
 
   std::unique_ptr<Client> Connect(const std::string& name) {
     ClientOptions options;
@@ -286,6 +290,85 @@ TEST_F(ClientSimTest, DelayedRequestsStillCompleteInOrder) {
     std::string key = absl::StrCat("d", i);
     EXPECT_EQ(*b_->Get(key), key + "-value");
   }
+}
+
+TEST_F(ClientSimTest, SlabIsReleasedOnlyAfterItsLastObjectIsPublished) {
+  // While "first" is about to be published, a second PUT does not fit in
+  // the rest of the slab and takes a new one. The old slab must stay leased
+  // until "first" is published: sealed earlier, it could be reclaimed and
+  // reused under the pending CAS.
+  uint64_t sealed_during = ~0ull;
+  InterceptOnce(
+      [](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kCompareSwap;
+      },
+      [&](const rdma::WorkRequest&) {
+        ASSERT_TRUE(a_->Put("second", std::string(700 << 10, 's')).ok());
+        sealed_during = node_->Stats().slabs_sealed();
+      });
+  ASSERT_TRUE(a_->Put("first", std::string(400 << 10, 'f')).ok());
+  EXPECT_EQ(fired_, 1);
+  EXPECT_EQ(sealed_during, 0u) << "slab sealed while an object in it was "
+                                  "still to be published";
+  EXPECT_EQ(node_->Stats().slabs_sealed(), 1u)
+      << "the replaced slab should be released once its last object is in";
+  EXPECT_EQ(*b_->Get("first"), std::string(400 << 10, 'f'));
+  EXPECT_EQ(*b_->Get("second"), std::string(700 << 10, 's'));
+}
+
+// A node with short leases: 300 ms slabs (a 225 ms publish window) and a
+// 20 ms read lease.
+class ShortLeaseSimTest : public ClientSimTest {
+ protected:
+  void Configure(store::NodeOptions& options) override {
+    options.slab_lease = absl::Milliseconds(300);
+    options.max_read_lease = absl::Milliseconds(20);
+  }
+};
+
+TEST_F(ShortLeaseSimTest, GetSlowerThanTheReadLeaseIsUnavailableNotDataLoss) {
+  ASSERT_TRUE(a_->Put("k", std::string(1000, 'v')).ok());
+  fabric_->SetBeforeExecute([](absl::string_view, const rdma::WorkRequest& wr) {
+    if (IsObjectRead(wr)) absl::SleepFor(absl::Milliseconds(30));
+  });
+  absl::StatusOr<std::string> v = a_->Get("k");
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+  EXPECT_NE(v.status().message().find("read lease"), std::string::npos)
+      << v.status();
+  fabric_->SetBeforeExecute(nullptr);
+  EXPECT_EQ(*a_->Get("k"), std::string(1000, 'v'));
+}
+
+TEST_F(ShortLeaseSimTest, PutWhoseLeaseEndsBeforeItsCasWritesAgainInANewSlab) {
+  // The publish step stalls past the slab's publish window: the lease is
+  // checked again right before the CAS, so the object is written again into
+  // a fresh slab and published from there, never into the expiring one.
+  std::vector<uint64_t> object_writes;
+  std::atomic<bool> stalled{false};
+  fabric_->SetBeforeExecute([&](absl::string_view, const rdma::WorkRequest& wr) {
+    if (wr.opcode == rdma::Opcode::kWrite && wr.length > 1000) {
+      object_writes.push_back(wr.remote_addr);
+    }
+    if (wr.opcode == rdma::Opcode::kRead && wr.length == store::kBucketBytes &&
+        !object_writes.empty() && !stalled.exchange(true)) {
+      absl::SleepFor(absl::Milliseconds(400));
+    }
+  });
+  ASSERT_TRUE(a_->Put("k", std::string(2000, 'v')).ok());
+  fabric_->SetBeforeExecute(nullptr);
+  ASSERT_EQ(object_writes.size(), 2u) << "the object was not written again";
+  uint64_t slab_bytes = node_->info().layout().slab_bytes();
+  EXPECT_NE(object_writes[0] / slab_bytes, object_writes[1] / slab_bytes);
+  EXPECT_EQ(*b_->Get("k"), std::string(2000, 'v'));
+}
+
+TEST(ClientConnect, OpTimeoutAtOrAboveTheNodesLeaseMarginIsInvalidArgument) {
+  ClientOptions options;
+  options.coordinator = "127.0.0.1:1";
+  options.op_timeout = store::kLeaseMargin;
+  auto client = Client::Connect(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument)
+      << client.status();
 }
 
 // A transport that, like verbs, must exchange a request and reply with the

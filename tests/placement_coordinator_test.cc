@@ -218,6 +218,7 @@ TEST_F(CoordinatorTest, HeartbeatFromUnknownOrStaleNodeIsNotKnown) {
   const std::string id = Register(ValidNode("", /*incarnation=*/5)).node_id();
   EXPECT_FALSE(Beat("ghost", 5).known());
   EXPECT_FALSE(Beat(id, 4).known());  // stale incarnation
+  EXPECT_TRUE(Beat(id, 4).declared_dead()) << "another incarnation holds the id";
 
   const proto::HeartbeatReply reply = Beat(id, 5, /*used_bytes=*/12345);
   EXPECT_TRUE(reply.known());
@@ -300,7 +301,8 @@ TEST_F(CoordinatorTest, DeadIncarnationIsToldSoAndCannotRejoin) {
       << again.status();
   EXPECT_EQ(FindEntry(RemoteMap(), id)->state(), proto::NODE_DEAD);
   EXPECT_EQ(Register(ValidNode(id, 2)).node_id(), id);
-  EXPECT_FALSE(Beat(id, 1).declared_dead()) << "another incarnation now";
+  EXPECT_TRUE(Beat(id, 1).declared_dead())
+      << "superseded: registering again would take the id back";
   EXPECT_TRUE(Beat(id, 2).known());
 }
 
