@@ -69,6 +69,11 @@ class Client::Impl {
     MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map,
                               coordinator_->GetClusterMap());
     OnMap(map);
+    {
+      // The watch starts from this map's epoch.
+      absl::MutexLock lock(&mu_);
+      last_watch_epoch_ = map.epoch();
+    }
     MESHPOOL_ASSIGN_OR_RETURN(
         watch_, coordinator_->WatchClusterMap(
                     map.epoch(),
@@ -187,14 +192,16 @@ class Client::Impl {
   }
 
   // Adopts `map` when it is newer. A map from the watch is adopted even when
-  // its epoch is lower: the watch delivers in order, so a lower epoch means
-  // the coordinator restarted and counts again from scratch.
+  // its epoch is lower than the current one if it is also lower than the
+  // watch's previous map: the watch delivers in order, so that means the
+  // coordinator restarted and counts again from scratch.
   void OnMap(const proto::ClusterMap& map, bool from_watch = false) {
     std::vector<std::shared_ptr<NodeConnection>> dropped;
     {
       absl::MutexLock lock(&mu_);
-      if (map_ && map.epoch() == map_->epoch()) return;
-      if (map_ && map.epoch() < map_->epoch() && !from_watch) return;
+      bool restarted = from_watch && map.epoch() < last_watch_epoch_;
+      if (from_watch) last_watch_epoch_ = map.epoch();
+      if (map_ && map.epoch() <= map_->epoch() && !restarted) return;
       map_ = std::make_shared<const proto::ClusterMap>(map);
       // Forget connections to nodes that died or restarted.
       absl::flat_hash_map<std::string, bool> alive;
@@ -272,6 +279,7 @@ class Client::Impl {
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections go before the transport they use.
   absl::flat_hash_map<std::string, std::shared_ptr<NodeConnection>>
       connections_ ABSL_GUARDED_BY(mu_);

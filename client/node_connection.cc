@@ -21,6 +21,8 @@ static_assert(kMinRemainingPercent < kPublishPercentOfLease);
 // A CAS posted just before the publish deadline must land before the node
 // seals the slab (DESIGN: docs/ARCHITECTURE.md "Slabs, leases").
 static_assert(store::kLeaseMargin > kDefaultOpTimeout);
+// Idle lanes kept per node; more are closed when returned.
+constexpr size_t kMaxIdleLanes = 8;
 // Staging buffers grow in steps of this many bytes at least.
 constexpr size_t kMinStagingBytes = 64 << 10;
 
@@ -130,7 +132,9 @@ absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
 
 void NodeConnection::ReturnLane(std::unique_ptr<Lane> lane) {
   absl::MutexLock lock(&lanes_mu_);
-  idle_lanes_.push_back(std::move(lane));
+  // Beyond a few idle lanes, close the connection: a burst of concurrency
+  // must not pin connections (and responder threads) on the node forever.
+  if (idle_lanes_.size() < kMaxIdleLanes) idle_lanes_.push_back(std::move(lane));
 }
 
 grpc::ClientContext* NodeConnection::NewContext(grpc::ClientContext& ctx) const {
