@@ -62,7 +62,8 @@ absl::StatusOr<std::string> Advertised(absl::string_view bound,
     if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bound ", bound, " (all interfaces), which clients cannot dial; "
-          "pass --advertise HOST with this machine's reachable address"));
+          "pass --advertise HOST (NodeOptions.advertise_host) with this "
+          "machine's reachable address"));
     }
     return std::string(bound);
   }
