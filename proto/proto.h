@@ -1,7 +1,7 @@
 // meshpool/proto: the generated control-plane messages and services, plus the
 // one place a grpc::Status and an absl::Status convert into each other.
 // Only proto/ and the thin service/stub layers (placement/coordinator_*,
-// store/node_service*, client/*_stub*) include this header.
+// store/node_service*, client/node_connection*) include this header.
 #ifndef MESHPOOL_PROTO_PROTO_H_
 #define MESHPOOL_PROTO_PROTO_H_
 

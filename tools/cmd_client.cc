@@ -25,14 +25,8 @@ void DefineCoordinatorFlag(Flags& flags) {
 std::unique_ptr<Client> Open(Flags& flags, int argc, char** argv,
                              const char* command, size_t min_positional,
                              size_t max_positional, int* rc) {
-  absl::Status s = flags.Parse(argc, argv);
-  if (!s.ok()) {
-    *rc = Fail(command, s);
-    return nullptr;
-  }
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    *rc = 0;
+  if (int parsed = ParseFlags(flags, argc, argv, command); parsed >= 0) {
+    *rc = parsed;
     return nullptr;
   }
   size_t n = flags.positional().size();

@@ -26,10 +26,7 @@ int Fail(const char* command, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-namespace {
-
-// Parses flags; returns -1 to continue, else the exit status to return.
-int ParseOrExit(Flags& flags, int argc, char** argv, const char* command) {
+int ParseFlags(Flags& flags, int argc, char** argv, const char* command) {
   absl::Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail(command, s);
   if (flags.help_requested()) {
@@ -39,8 +36,6 @@ int ParseOrExit(Flags& flags, int argc, char** argv, const char* command) {
   return -1;
 }
 
-}  // namespace
-
 int RunCoordinator(int argc, char** argv) {
   Flags flags("meshpool coordinator [--listen HOST:PORT]",
               "Runs the coordinator: nodes register and heartbeat with it; "
@@ -48,7 +43,7 @@ int RunCoordinator(int argc, char** argv) {
   flags.Define("listen", "127.0.0.1:7070", "address to serve on (port 0: any)");
   flags.Define("heartbeat-interval", "500ms", "how often nodes heartbeat");
   flags.Define("dead-after", "3s", "declare a silent node dead after this");
-  if (int rc = ParseOrExit(flags, argc, argv, "coordinator"); rc >= 0) return rc;
+  if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   placement::CoordinatorOptions options;
   options.listen = flags.Get("listen");
   auto interval = flags.GetDuration("heartbeat-interval");
@@ -87,7 +82,7 @@ int RunNode(int argc, char** argv) {
   flags.Define("slab-lease", "10s", "how long a client may fill a granted slab");
   flags.Define("read-lease", "2s", "longest GET; freed memory waits this long");
   flags.DefineBool("no-huge-pages", "do not try 2 MiB huge pages");
-  if (int rc = ParseOrExit(flags, argc, argv, "node"); rc >= 0) return rc;
+  if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
   auto coordinator = CoordinatorAddress(flags);
   if (!coordinator.ok()) return Fail("node", coordinator.status());
@@ -180,7 +175,7 @@ int RunUp(int argc, char** argv) {
               "memory nodes, each its own process on 127.0.0.1, TCP "
               "transport. Prints the coordinator address; Ctrl-C stops all.");
   DefineClusterFlags(flags, "7070");
-  if (int rc = ParseOrExit(flags, argc, argv, "up"); rc >= 0) return rc;
+  if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
   if (!options.ok()) return Fail("up", options.status());
   BlockStopSignals();
@@ -211,7 +206,7 @@ int RunDemo(int argc, char** argv) {
   flags.Define("duration", "3s", "how long to run the workload");
   flags.Define("value-size", "64KiB", "value size");
   flags.Define("threads", "2", "client threads");
-  if (int rc = ParseOrExit(flags, argc, argv, "demo"); rc >= 0) return rc;
+  if (int rc = ParseFlags(flags, argc, argv, "demo"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
   if (!options.ok()) return Fail("demo", options.status());
   WorkloadOptions w;

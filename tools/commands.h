@@ -17,6 +17,12 @@ int RunDel(int argc, char** argv);
 int RunStat(int argc, char** argv);
 int RunBench(int argc, char** argv);
 
+class Flags;
+
+// Parses a subcommand's flags. Returns -1 to go on; otherwise the exit status
+// to return at once (after printing --help, or the usage error).
+int ParseFlags(Flags& flags, int argc, char** argv, const char* command);
+
 // Prints "meshpool <command>: <status>" to stderr; returns 2 for
 // InvalidArgument (usage), 1 otherwise.
 int Fail(const char* command, const absl::Status& status);
