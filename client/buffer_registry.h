@@ -1,7 +1,8 @@
 // BufferRegistry: the caller buffers registered through
 // Client::RegisterBuffer, so an operation can tell whether its value lives in
 // registered memory (then the transport moves it straight to or from that
-// memory) and with which lkey.
+// memory) and with which lkey. A buffer is registered with one transport;
+// its lkey means nothing to another, so lookups name the transport asking.
 //
 // Thread-safe.
 #ifndef MESHPOOL_CLIENT_BUFFER_REGISTRY_H_
@@ -19,16 +20,20 @@ namespace meshpool::client_internal {
 class BufferRegistry {
  public:
   // REQUIRES: [addr, addr + length) overlaps no registered range.
-  void Add(const void* addr, size_t length, uint32_t lkey);
+  // `transport` identifies the registering transport (not dereferenced).
+  void Add(const void* addr, size_t length, uint32_t lkey,
+           const void* transport);
   void Remove(const void* addr);
   // The lkey of the registration that wholly contains [addr, addr + length),
-  // if any.
-  std::optional<uint32_t> Find(const void* addr, size_t length) const;
+  // if there is one and `transport` made it.
+  std::optional<uint32_t> Find(const void* addr, size_t length,
+                               const void* transport) const;
 
  private:
   struct Entry {
     size_t length;
     uint32_t lkey;
+    const void* transport;
   };
   mutable absl::Mutex mu_;
   std::map<uintptr_t, Entry> ranges_ ABSL_GUARDED_BY(mu_);

@@ -28,11 +28,12 @@ class RegisteredBufferImpl : public Client::RegisteredBuffer {
  public:
   RegisteredBufferImpl(void* addr, size_t length,
                        std::unique_ptr<rdma::MemoryRegion> region,
+                       const rdma::Transport* transport,
                        std::shared_ptr<client_internal::BufferRegistry> registry)
       : span_(static_cast<char*>(addr), length),
         region_(std::move(region)),
         registry_(std::move(registry)) {
-    registry_->Add(addr, length, region_->lkey());
+    registry_->Add(addr, length, region_->lkey(), transport);
   }
   ~RegisteredBufferImpl() override { registry_->Remove(span_.data()); }
   absl::Span<char> span() const override { return span_; }
@@ -167,18 +168,22 @@ class Client::Impl {
       return absl::InvalidArgumentError(
           "RegisterBuffer needs a non-null, non-empty range");
     }
+    // Registered with the transport the cluster's nodes are reached by: a
+    // registration is usable only on the transport that made it.
     MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport,
-                              TransportFor(options_.transport ? "" : "tcp://"));
+                              TransportFor(DataScheme()));
     MESHPOOL_ASSIGN_OR_RETURN(auto region,
                               transport->RegisterMemory(addr, length));
     return std::unique_ptr<RegisteredBuffer>(new RegisteredBufferImpl(
-        addr, length, std::move(region), buffers_));
+        addr, length, std::move(region), transport, buffers_));
   }
 
-  // The lkey when [data, data + size) lies in a registered buffer.
-  std::optional<uint32_t> RegisteredLkey(const void* data, size_t size) const {
+  // The lkey when [data, data + size) lies in a buffer registered with the
+  // transport `node` is reached by.
+  std::optional<uint32_t> RegisteredLkey(const void* data, size_t size,
+                                         const NodeConnection& node) const {
     if (size == 0) return std::nullopt;
-    return buffers_->Find(data, size);
+    return buffers_->Find(data, size, &node.transport());
   }
 
   uint64_t NextSequence(uint64_t n = 1) { return sequence_.fetch_add(n); }
@@ -253,18 +258,59 @@ class Client::Impl {
 
 
  private:
+  // The scheme of the first live node's transport address ("verbs://" or
+  // "tcp://"); "tcp://" when there is none yet.
+  std::string DataScheme() {
+    std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
+    for (const proto::NodeEntry& e : map->nodes()) {
+      if (e.state() != proto::NODE_ALIVE ||
+          e.info().transport_addresses().empty()) {
+        continue;
+      }
+      absl::string_view address = e.info().transport_addresses(0);
+      size_t end = address.find("://");
+      if (end != absl::string_view::npos) {
+        return std::string(address.substr(0, end + 3));
+      }
+    }
+    return "tcp://";
+  }
+
   absl::StatusOr<rdma::Transport*> TransportFor(absl::string_view address) {
     if (options_.transport) return options_.transport.get();
-    if (!absl::StartsWith(address, "tcp://")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node transport address '", address,
-          "' uses a transport this client does not support (have: tcp)"));
-    }
     absl::MutexLock lock(&mu_);
-    if (!tcp_) {
-      MESHPOOL_ASSIGN_OR_RETURN(tcp_, rdma::CreateTcpTransport());
+    if (absl::StartsWith(address, "tcp://")) {
+      if (!tcp_) {
+        MESHPOOL_ASSIGN_OR_RETURN(tcp_, rdma::CreateTcpTransport());
+      }
+      return tcp_.get();
     }
-    return tcp_.get();
+    if (absl::StartsWith(address, "verbs://")) {
+      if (!verbs_) {
+        absl::StatusOr<std::unique_ptr<rdma::Transport>> verbs =
+            rdma::CreateVerbsTransport(VerbsOptionsFrom(options_.rdma));
+        if (!verbs.ok()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node at ", address, " serves RDMA (verbs), but this client "
+              "cannot open an RDMA device: ", verbs.status().message(),
+              " (run `meshpool doctor`)"));
+        }
+        verbs_ = *std::move(verbs);
+      }
+      return verbs_.get();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node transport address '", address,
+        "' uses a transport this client does not support (have: tcp, verbs)"));
+  }
+
+  static rdma::VerbsOptions VerbsOptionsFrom(const ClientOptions::Rdma& rdma) {
+    rdma::VerbsOptions v;
+    v.devices = rdma.devices;
+    v.gid_index = rdma.gid_index;
+    v.self_name = rdma.self_name;
+    v.peer_devices = rdma.peer_devices;
+    return v;
   }
 
   const ClientOptions options_;
@@ -278,6 +324,7 @@ class Client::Impl {
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<rdma::Transport> verbs_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
   uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections go before the transport they use.
@@ -321,10 +368,10 @@ absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
   KeyRef ref = client_internal::MakeKeyRef(key);
   uint64_t seq = impl_->NextSequence();
-  std::optional<uint32_t> lkey =
-      impl_->RegisteredLkey(value.data(), value.size());
   return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
-    return client_internal::PutValue(node, ref, value, seq, lkey);
+    return client_internal::PutValue(
+        node, ref, value, seq,
+        impl_->RegisteredLkey(value.data(), value.size(), node));
   });
 }
 
@@ -332,10 +379,11 @@ absl::StatusOr<size_t> Client::Get(absl::string_view key,
                                    absl::Span<char> out) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
   KeyRef ref = client_internal::MakeKeyRef(key);
-  std::optional<uint32_t> lkey = impl_->RegisteredLkey(out.data(), out.size());
-  client_internal::DirectBuffer direct{out, lkey.value_or(0)};
   return impl_->OnHome<absl::StatusOr<size_t>>(
       ref, [&](NodeConnection& node) -> absl::StatusOr<size_t> {
+        std::optional<uint32_t> lkey =
+            impl_->RegisteredLkey(out.data(), out.size(), node);
+        client_internal::DirectBuffer direct{out, lkey.value_or(0)};
         size_t length = 0;
         MESHPOOL_RETURN_IF_ERROR(client_internal::GetValue(
             node, ref, impl_->options().max_verify_retries,

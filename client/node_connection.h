@@ -66,6 +66,8 @@ class NodeConnection {
   ~NodeConnection();
 
   const proto::NodeInfo& info() const { return info_; }
+  // The transport this node is reached by.
+  const rdma::Transport& transport() const { return transport_; }
   const store::PoolLayout& layout() const { return layout_; }
   uint64_t incarnation() const { return info_.incarnation(); }
   uint64_t pool_addr() const { return info_.pool().addr(); }

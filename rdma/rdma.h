@@ -5,8 +5,10 @@
 //          over TCP, several lanes (connections) per peer, pipelined.
 //   sim  - in-process, deterministic (seeded) fabric with injectable faults,
 //          for tests that must reach rare interleavings.
-//   (verbs RC and the Thunderbolt UC profile arrive later behind the same
-//    interface; only rdma/verbs_* may include <infiniband/verbs.h>.)
+//   verbs - libibverbs RC queue pairs: native one-sided READ/WRITE/CAS/FAA
+//          (InfiniBand, RoCE, iWARP, Soft-RoCE). Only rdma/verbs_* include
+//          <infiniband/verbs.h>.
+//   (the Thunderbolt UC profile arrives later behind the same interface.)
 //
 // Model (the verbs model):
 //   * Memory is registered with a Transport -> MemoryRegion: a local handle
@@ -32,12 +34,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -187,6 +191,93 @@ struct TcpOptions {
 };
 absl::StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(
     const TcpOptions& options = {});
+
+// ---- Verbs RC backend (libibverbs) ----------------------------------------
+// Addresses are "verbs://NAME", NAME being the node's VerbsOptions.self_name;
+// Listen() ignores `bind` and returns that address. Connecting exchanges QP
+// number, PSN, GID, LID and MTU through the Handshake callback (the node's
+// gRPC service); no rdma_cm. Every Connect() makes one RC QP with its own
+// CQ. Memory is registered on every device the transport opened, split into
+// MRs no larger than the device's max_mr_size (registered in parallel); the
+// lkey/rkey a MemoryRegion reports are transport-wide handles that endpoints
+// translate to the device's keys, so callers never see per-device keys.
+// Completions: only signaled requests complete (errors always do); the
+// endpoint signals selectively underneath. Local buffers must lie in a
+// registration of the connecting transport, named by its lkey (else Post
+// is InvalidArgument); a remote range outside the node's regions as of the
+// handshake completes PermissionDenied without reaching the wire.
+// A node registers all memory it serves before Listen(); the handshake
+// reply carries its region table.
+struct VerbsOptions {
+  // Devices to open, by name ("rxe0", "mlx5_0"). Empty: every device with an
+  // active port. The first is the default for peers not in peer_devices.
+  std::vector<std::string> devices;
+  uint8_t port = 1;
+  // GID table index; -1 picks the port's first RoCE v2 IPv4-mapped GID, else
+  // index 0 (InfiniBand).
+  int gid_index = -1;
+  // This host's name: the node's address, the client's name in handshakes,
+  // and its row in a device matrix. Empty: the host name.
+  std::string self_name;
+  // Which local device reaches which peer (by the peer's self_name): one
+  // row of the N x N device matrix (see ParseDeviceMatrix).
+  std::map<std::string, std::string> peer_devices;
+  // Client: spin this long on a CQ before sleeping on its completion channel
+  // (keep pollers <= cores: spinning beyond that costs milliseconds).
+  absl::Duration busy_poll = absl::Microseconds(20);
+  // Node: most QPs served at once; the oldest is destroyed beyond this (its
+  // client sees Unavailable and reconnects).
+  size_t max_peer_qps = 1024;
+  // Tests: caps every MR below the device's max_mr_size (rounded down to
+  // 4 KiB pages), so small regions split into several MRs. 0: no cap.
+  uint64_t max_mr_bytes = 0;
+};
+
+// Opens the devices and a protection domain on each. NotFound when a named
+// device does not exist or none has an active port (run `meshpool doctor`);
+// FailedPrecondition for a port that is down or a GID index that is empty.
+absl::StatusOr<std::unique_ptr<Transport>> CreateVerbsTransport(
+    VerbsOptions options);
+
+// Parses a device matrix: the first non-comment line names the hosts, then
+// one line per host: its name and, per column, the device that reaches that
+// host ("-" on the diagonal or where no link exists). '#' starts a comment.
+// Returns `self`'s row as peer -> device. InvalidArgument (with the line)
+// when malformed; NotFound when `self` has no row.
+//     hosts    mac1      mac2      mac3
+//     mac1     -         rdma_en2  rdma_en3
+//     mac2     rdma_en2  -         rdma_en4
+absl::StatusOr<std::map<std::string, std::string>> ParseDeviceMatrix(
+    absl::string_view text, absl::string_view self);
+
+// What `meshpool doctor` reports about this host's RDMA devices.
+struct RdmaGidInfo {
+  int index = 0;
+  std::string gid;     // "fe80::...", "::ffff:10.0.0.1"
+  std::string type;    // "IB/RoCE v1", "RoCE v2"
+  std::string netdev;  // the network device it belongs to, if any
+};
+struct RdmaPortInfo {
+  int port = 1;
+  std::string state;       // "ACTIVE", "DOWN", ...
+  bool active = false;
+  std::string link_layer;  // "InfiniBand", "Ethernet"
+  int active_mtu = 0;      // bytes
+  std::vector<RdmaGidInfo> gids;  // non-empty entries only
+};
+struct RdmaDeviceInfo {
+  std::string name;
+  std::string transport;  // "InfiniBand", "iWARP", ...
+  uint64_t max_mr_size = 0;
+  int max_qp_rd_atom = 0;
+  int max_qp_wr = 0;
+  int max_inline_data = 0;  // probed by creating a QP; 0 if that failed
+  bool atomics = false;     // device supports RDMA CAS/FAA
+  std::vector<RdmaPortInfo> ports;
+};
+// Lists every RDMA device. An empty list (not an error) when there are none;
+// Unavailable when libibverbs itself fails.
+absl::StatusOr<std::vector<RdmaDeviceInfo>> ListRdmaDevices();
 
 // ---- Simulated backend ----------------------------------------------------
 // Faults a test can inject into the simulated fabric.

@@ -1,9 +1,21 @@
 # Multi-process tests: a coordinator and memory nodes as real `meshpool`
-# processes on 127.0.0.1, driven through the C++ API and the CLI.
+# processes on 127.0.0.1, driven through the C++ API and the CLI. Built
+# twice: over TCP, and over verbs (label `verbs`: run in the Soft-RoCE VM;
+# elsewhere its tests skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
+set(MESHPOOL_INTEGRATION_SOURCES
+  integration_test.cc integration_fault_test.cc integration_cli_test.cc)
 meshpool_test(integration_test
-  SOURCES integration_test.cc integration_fault_test.cc integration_cli_test.cc
+  SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
   LIBS meshpool_tools meshpool_client meshpool_placement
-  LABELS integration)
-target_compile_definitions(integration_test PRIVATE
-  MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
+  LABELS integration
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+          MESHPOOL_TEST_TRANSPORT="tcp")
 add_dependencies(integration_test meshpool)
+meshpool_test(integration_verbs_test
+  SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
+  LIBS meshpool_tools meshpool_client meshpool_placement
+  LABELS verbs
+  PREFIX verbs.
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+          MESHPOOL_TEST_TRANSPORT="verbs")
+add_dependencies(integration_verbs_test meshpool)

@@ -10,13 +10,23 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "tests/verbs_test_util.h"
 #include "tools/local_cluster.h"
 
 namespace meshpool::testing {
 
+// The data transport the cluster's nodes serve: "tcp", or "verbs" in the
+// integration_verbs_test build, whose every test needs an RDMA device.
+inline constexpr absl::string_view kTestTransport = MESHPOOL_TEST_TRANSPORT;
+inline const bool kVerbsEnvironmentAdded =
+    kTestTransport == "verbs" &&
+    ::testing::AddGlobalTestEnvironment(new VerbsEnvironment) != nullptr;
+
 inline std::unique_ptr<tools::LocalCluster> StartCluster(
     tools::LocalClusterOptions options) {
   options.binary = MESHPOOL_BINARY;
+  options.node_args.insert(options.node_args.begin(),
+                           {"--transport", std::string(kTestTransport)});
   auto cluster = tools::LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? *std::move(cluster) : nullptr;

@@ -9,3 +9,25 @@ meshpool_test(rdma_tcp_responder_test
 meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc
   LIBS meshpool_rdma)
+meshpool_test(rdma_device_matrix_test
+  SOURCES rdma_device_matrix_test.cc
+  LIBS meshpool_rdma)
+# The verbs backend. The handshake's wire format and option checks need no
+# device (rdma_verbs_offline_test); the rest
+# needs an RDMA device (label "verbs": run in the Soft-RoCE VM with
+# tools/vm/run_verbs_suite.sh; they skip loudly elsewhere). The conformance
+# suite is compiled a second time with only the verbs backend so that tcp
+# and sim conformance stay unlabelled.
+meshpool_test(rdma_verbs_offline_test
+  SOURCES rdma_verbs_offline_test.cc
+  LIBS meshpool_rdma)
+meshpool_test(rdma_conformance_verbs_test
+  SOURCES rdma_conformance_test.cc
+  LIBS meshpool_rdma
+  LABELS verbs)
+target_compile_definitions(rdma_conformance_verbs_test PRIVATE
+  MESHPOOL_CONFORMANCE_VERBS=1)
+meshpool_test(rdma_verbs_test
+  SOURCES rdma_verbs_test.cc
+  LIBS meshpool_rdma
+  LABELS verbs)

@@ -1,5 +1,9 @@
 // The transport contract (rdma/rdma.h), run against every backend. A backend
-// joins by adding one factory to Factories() below.
+// joins by adding one factory to Factories() below. Built twice: tcp and sim
+// (rdma_conformance_test), and verbs alone (rdma_conformance_verbs_test,
+// MESHPOOL_CONFORMANCE_VERBS, label "verbs": it needs an RDMA device and
+// skips loudly without one). Local buffers come from an arena registered
+// with the client transport, since verbs needs their lkey.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -20,11 +24,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "tests/verbs_test_util.h"
 
 namespace meshpool::rdma {
 namespace {
 
 constexpr size_t kNodeBytes = 32 << 20;
+constexpr size_t kLocalBytes = 40 << 20;  // the client's registered arena
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
 uint64_t TestSeed() {
@@ -115,11 +121,85 @@ class SimBackend : public Backend {
   std::shared_ptr<SimFabric> fabric_;
 };
 
+#ifdef MESHPOOL_CONFORMANCE_VERBS
+// Routes a client's verbs handshake the way the node's Handshake RPC would:
+// to the node transport's AcceptHandshake.
+class HandshakeRouter : public Transport {
+ public:
+  using Route = std::function<absl::StatusOr<std::string>(
+      const std::string& address, const std::string& request)>;
+  HandshakeRouter(std::unique_ptr<Transport> inner, Route route)
+      : inner_(std::move(inner)), route_(std::move(route)) {}
+  absl::string_view name() const override { return inner_->name(); }
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
+      void* addr, size_t length) override {
+    return inner_->RegisterMemory(addr, length);
+  }
+  absl::StatusOr<std::string> Listen(absl::string_view bind) override {
+    return inner_->Listen(bind);
+  }
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      absl::string_view peer_address, const Handshake& handshake) override {
+    const std::string address(peer_address);
+    return inner_->Connect(peer_address, [&](const std::string& request) {
+      return route_(address, request);
+    });
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  Route route_;
+};
+
+// Node and client transports on one device (Soft-RoCE loops back).
+class VerbsBackend : public Backend {
+ public:
+  static std::unique_ptr<Backend> Create(uint64_t seed) {
+    const std::string device = ::meshpool::testing::VerbsTestDevice();
+    if (device.empty()) return nullptr;
+    auto b = std::make_unique<VerbsBackend>();
+    VerbsOptions options;
+    options.devices = {device};
+    options.self_name = "node";
+    auto node = CreateVerbsTransport(options);
+    options.self_name = "client";
+    auto client = CreateVerbsTransport(options);
+    EXPECT_TRUE(node.ok()) << node.status();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!node.ok() || !client.ok()) return nullptr;
+    b->node_ = *std::move(node);
+    VerbsBackend* raw = b.get();
+    b->client_ = std::make_unique<HandshakeRouter>(
+        *std::move(client),
+        [raw](const std::string& address,
+              const std::string& request) -> absl::StatusOr<std::string> {
+          if (raw->node_ == nullptr || address != "verbs://node") {
+            return absl::UnavailableError(
+                absl::StrCat("no node answers at ", address));
+          }
+          return raw->node_->AcceptHandshake(request);
+        });
+    return b;
+  }
+  std::string bind() const override { return "ignored"; }
+  void KillNode() override { node_.reset(); }
+  std::string UnreachableAddress() override { return "verbs://nobody"; }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"verbs://",    "node",        "verbs:/node", "tcp://127.0.0.1:7000",
+            "verbs://a b", "verbs://a/b", ""};
+  }
+};
+#endif  // MESHPOOL_CONFORMANCE_VERBS
+
 using BackendFactory = std::function<std::unique_ptr<Backend>(uint64_t)>;
 const std::map<std::string, BackendFactory>& Factories() {
   static const auto* factories = new std::map<std::string, BackendFactory>{
+#ifdef MESHPOOL_CONFORMANCE_VERBS
+      {"verbs", &VerbsBackend::Create},
+#else
       {"tcp", &TcpBackend::Create},
       {"sim", &SimBackend::Create},
+#endif
   };
   return *factories;
 }
@@ -129,9 +209,11 @@ std::vector<std::string> BackendNames() {
   return names;
 }
 
-class TransportConformanceTest : public testing::TestWithParam<std::string> {
+class TransportConformanceTest
+    : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    if (GetParam() == "verbs") MESHPOOL_SKIP_WITHOUT_VERBS();
     seed_ = TestSeed();
     std::cout << "backend=" << GetParam() << " seed=" << seed_ << std::endl;
     rng_.seed(seed_);
@@ -144,7 +226,30 @@ class TransportConformanceTest : public testing::TestWithParam<std::string> {
     auto address = backend_->node().Listen(backend_->bind());
     ASSERT_TRUE(address.ok()) << address.status();
     address_ = *address;
+    local_ = std::make_unique<uint64_t[]>(kLocalBytes / 8);
+    auto local = backend_->client().RegisterMemory(local_.get(), kLocalBytes);
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_region_ = *std::move(local);
   }
+
+  // `count` zeroed Ts from the client's registered arena, 64-byte aligned.
+  // REQUIRES: not called concurrently; what ResetLocal() hands back again
+  // is no longer in use.
+  template <typename T = uint8_t>
+  T* Local(size_t count) {
+    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+    EXPECT_LE(local_used_ + bytes, kLocalBytes);
+    uint8_t* p = reinterpret_cast<uint8_t*>(local_.get()) + local_used_;
+    local_used_ += bytes;
+    std::memset(p, 0, count * sizeof(T));
+    return reinterpret_cast<T*>(p);
+  }
+  uint8_t* RandomLocal(size_t n) {
+    uint8_t* p = Local(n);
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(rng_());
+    return p;
+  }
+  void ResetLocal() { local_used_ = 0; }
 
   uint8_t* node_bytes() { return reinterpret_cast<uint8_t*>(memory_.get()); }
   uint64_t* node_word(uint64_t offset) {
@@ -164,6 +269,7 @@ class TransportConformanceTest : public testing::TestWithParam<std::string> {
     wr.opcode = op;
     wr.local = local;
     wr.length = length;
+    wr.lkey = local_region_->lkey();
     wr.remote_addr = region_->remote().addr + offset;
     wr.rkey = region_->remote().rkey;
     return wr;
@@ -181,17 +287,14 @@ class TransportConformanceTest : public testing::TestWithParam<std::string> {
     return PostAndWait(ep, batch, absl::MakeSpan(completions_), kTimeout);
   }
 
-  std::vector<uint8_t> RandomBytes(size_t n) {
-    std::vector<uint8_t> out(n);
-    for (auto& b : out) b = static_cast<uint8_t>(rng_());
-    return out;
-  }
-
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::unique_ptr<uint64_t[]> memory_;  // outlives the backend's transports
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MemoryRegion> region_;
+  std::unique_ptr<uint64_t[]> local_;  // outlives local_region_
+  std::unique_ptr<MemoryRegion> local_region_;
+  size_t local_used_ = 0;
   std::string address_;
   std::vector<Completion> completions_;
 };
@@ -202,14 +305,14 @@ TEST_P(TransportConformanceTest, ReadWriteRoundTripsFromOneByteTo16MiB) {
   for (uint32_t size : {1u, 3u, 8u, 4096u, 65536u + 13, 1u << 20, 16u << 20}) {
     SCOPED_TRACE(size);
     const uint64_t offset = 1 + size % 7;  // deliberately unaligned
-    std::vector<uint8_t> data = RandomBytes(size);
-    ASSERT_TRUE(Run(*ep, {Request(Opcode::kWrite, 1, data.data(), size,
-                                  offset)}).ok());
-    EXPECT_EQ(std::memcmp(node_bytes() + offset, data.data(), size), 0);
-    std::vector<uint8_t> back(size, 0);
+    ResetLocal();
+    uint8_t* data = RandomLocal(size);
     ASSERT_TRUE(
-        Run(*ep, {Request(Opcode::kRead, 2, back.data(), size, offset)}).ok());
-    EXPECT_EQ(back, data);
+        Run(*ep, {Request(Opcode::kWrite, 1, data, size, offset)}).ok());
+    EXPECT_EQ(std::memcmp(node_bytes() + offset, data, size), 0);
+    uint8_t* back = Local(size);
+    ASSERT_TRUE(Run(*ep, {Request(Opcode::kRead, 2, back, size, offset)}).ok());
+    EXPECT_EQ(std::memcmp(back, data, size), 0);
     EXPECT_EQ(completions_[0].wr_id, 2u);
     EXPECT_EQ(completions_[0].opcode, Opcode::kRead);
   }
@@ -220,19 +323,20 @@ TEST_P(TransportConformanceTest, BatchOfMaxBatchMixedRequestsCompletesInOrder) {
   ASSERT_NE(ep, nullptr);
   constexpr uint64_t kDataBase = 0, kCounter = 1 << 20, kCasBase = 2 << 20;
   for (size_t i = 0; i < kMaxBatch; ++i) *node_word(kCasBase + 8 * i) = i;
-  std::vector<std::vector<uint8_t>> written(kMaxBatch), read(kMaxBatch);
-  std::vector<uint64_t> old(kMaxBatch, ~0ull);
+  std::vector<uint8_t*> written(kMaxBatch), read(kMaxBatch);
+  uint64_t* old = Local<uint64_t>(kMaxBatch);
+  std::fill(old, old + kMaxBatch, ~0ull);
   std::vector<WorkRequest> batch;
   for (size_t i = 0; i < kMaxBatch; ++i) {
     switch (i % 4) {
       case 0:  // WRITE slot i ...
-        written[i] = RandomBytes(64);
-        batch.push_back(Request(Opcode::kWrite, i, written[i].data(), 64,
-                                kDataBase + 64 * i));
+        written[i] = RandomLocal(64);
+        batch.push_back(
+            Request(Opcode::kWrite, i, written[i], 64, kDataBase + 64 * i));
         break;
       case 1:  // ... and READ it back in the same batch
-        read[i].assign(64, 0);
-        batch.push_back(Request(Opcode::kRead, i, read[i].data(), 64,
+        read[i] = Local(64);
+        batch.push_back(Request(Opcode::kRead, i, read[i], 64,
                                 kDataBase + 64 * (i - 1)));
         break;
       case 2:
@@ -251,7 +355,7 @@ TEST_P(TransportConformanceTest, BatchOfMaxBatchMixedRequestsCompletesInOrder) {
     EXPECT_EQ(completions_[i].opcode, batch[i].opcode);
     EXPECT_TRUE(completions_[i].status.ok()) << completions_[i].status;
     if (i % 4 == 1) {
-      EXPECT_EQ(read[i], written[i - 1]) << i;
+      EXPECT_EQ(std::memcmp(read[i], written[i - 1], 64), 0) << i;
     }
     if (i % 4 == 2) {
       EXPECT_EQ(old[i], faa++);
@@ -268,12 +372,13 @@ TEST_P(TransportConformanceTest, ReadAfterWriteOnOneEndpointSeesTheWrite) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
   for (int round = 0; round < 20; ++round) {
-    std::vector<uint8_t> data = RandomBytes(100000), back(100000, 0);
+    ResetLocal();
+    uint8_t* data = RandomLocal(100000);
+    uint8_t* back = Local(100000);
     // Two separate posts, nothing polled in between.
-    ASSERT_TRUE(ep->Post({Request(Opcode::kWrite, 1, data.data(), 100000,
-                                  4096)}).ok());
-    ASSERT_TRUE(ep->Post({Request(Opcode::kRead, 2, back.data(), 100000,
-                                  4096)}).ok());
+    ASSERT_TRUE(
+        ep->Post({Request(Opcode::kWrite, 1, data, 100000, 4096)}).ok());
+    ASSERT_TRUE(ep->Post({Request(Opcode::kRead, 2, back, 100000, 4096)}).ok());
     Completion c[2];
     size_t got = 0;
     const absl::Time deadline = absl::Now() + kTimeout;
@@ -284,7 +389,7 @@ TEST_P(TransportConformanceTest, ReadAfterWriteOnOneEndpointSeesTheWrite) {
     }
     ASSERT_EQ(got, 2u);
     EXPECT_TRUE(c[0].status.ok() && c[1].status.ok());
-    EXPECT_EQ(back, data) << "round " << round;
+    EXPECT_EQ(std::memcmp(back, data, 100000), 0) << "round " << round;
   }
 }
 
@@ -292,7 +397,7 @@ TEST_P(TransportConformanceTest, CompareSwapSucceedsAndFailsReturningOldValue) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
   *node_word(64) = 5;
-  uint64_t old = 0;
+  uint64_t& old = *Local<uint64_t>(1);
   ASSERT_TRUE(Run(*ep, {Atomic(Opcode::kCompareSwap, 1, &old, 64, 5, 9)}).ok());
   EXPECT_EQ(old, 5u);
   EXPECT_EQ(*node_word(64), 9u);
@@ -306,7 +411,7 @@ TEST_P(TransportConformanceTest, FetchAddReturnsOldValueAndAdds) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
   *node_word(128) = 100;
-  uint64_t old = 0;
+  uint64_t& old = *Local<uint64_t>(1);
   ASSERT_TRUE(Run(*ep, {Atomic(Opcode::kFetchAdd, 1, &old, 128, 7)}).ok());
   EXPECT_EQ(old, 100u);
   EXPECT_EQ(*node_word(128), 107u);
@@ -322,24 +427,24 @@ TEST_P(TransportConformanceTest,
   ASSERT_TRUE(bad != nullptr && good != nullptr);
   std::vector<uint8_t> before(node_bytes() + kNodeBytes - 64,
                               node_bytes() + kNodeBytes);
-  std::vector<uint8_t> data = RandomBytes(16);
-  absl::Status status = Run(*bad, {Request(Opcode::kWrite, 1, data.data(), 16,
-                                           kNodeBytes - 8)});
+  uint8_t* data = RandomLocal(16);
+  absl::Status status =
+      Run(*bad, {Request(Opcode::kWrite, 1, data, 16, kNodeBytes - 8)});
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
   EXPECT_FALSE(bad->healthy());
-  EXPECT_EQ(bad->Post({Request(Opcode::kRead, 2, data.data(), 8, 0)}).code(),
+  EXPECT_EQ(bad->Post({Request(Opcode::kRead, 2, data, 8, 0)}).code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(std::memcmp(before.data(), node_bytes() + kNodeBytes - 64, 64), 0);
   // A read that starts inside and ends outside is refused as well.
   auto bad2 = Connect();
   ASSERT_NE(bad2, nullptr);
-  status = Run(*bad2, {Request(Opcode::kRead, 3, data.data(), 16,
-                               kNodeBytes - 15)});
+  status =
+      Run(*bad2, {Request(Opcode::kRead, 3, data, 16, kNodeBytes - 15)});
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
 
-  std::vector<uint8_t> back(16);
+  uint8_t* back = Local(16);
   node_bytes()[7] = 0x5a;
-  ASSERT_TRUE(Run(*good, {Request(Opcode::kRead, 4, back.data(), 16, 0)}).ok());
+  ASSERT_TRUE(Run(*good, {Request(Opcode::kRead, 4, back, 16, 0)}).ok());
   EXPECT_EQ(back[7], 0x5a);
   EXPECT_TRUE(good->healthy());
 }
@@ -348,7 +453,7 @@ TEST_P(TransportConformanceTest, BadRkeyIsPermissionDeniedAndBreaksEndpoint) {
   auto bad = Connect();
   auto good = Connect();
   ASSERT_TRUE(bad != nullptr && good != nullptr);
-  uint64_t value = 0;
+  uint64_t& value = *Local<uint64_t>(1);
   WorkRequest wr = Request(Opcode::kRead, 1, &value, 8, 0);
   wr.rkey ^= 0x80000000u;
   absl::Status status = Run(*bad, {wr});
@@ -369,8 +474,8 @@ TEST_P(TransportConformanceTest, DeregisteredRegionIsPermissionDenied) {
   region->reset();
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
-  uint8_t byte = 0;
-  WorkRequest wr = Request(Opcode::kRead, 1, &byte, 1, 0);
+  uint8_t* byte = Local(1);
+  WorkRequest wr = Request(Opcode::kRead, 1, byte, 1, 0);
   wr.remote_addr = remote.addr;
   wr.rkey = remote.rkey;
   EXPECT_EQ(Run(*ep, {wr}).code(), absl::StatusCode::kPermissionDenied);
@@ -382,21 +487,23 @@ TEST_P(TransportConformanceTest, TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads
   std::unique_ptr<Endpoint> lanes[2] = {Connect(), Connect()};
   ASSERT_TRUE(lanes[0] != nullptr && lanes[1] != nullptr);
   std::atomic<int> failures{0};
+  // Buffers come from the (single-threaded) arena before the threads start.
+  uint8_t* data[2] = {Local(4096), Local(4096)};
+  uint8_t* back[2] = {Local(4096), Local(4096)};
+  uint64_t* old = Local<uint64_t>(2);
   auto work = [&](int lane) {
     Endpoint& ep = *lanes[lane];
     std::mt19937_64 rng(seed_ + lane);
-    std::vector<uint8_t> data(4096), back(4096);
     const uint64_t area = (1 << 20) * (lane + 1);
     for (int i = 0; i < kRounds; ++i) {
-      for (auto& b : data) b = static_cast<uint8_t>(rng());
-      uint64_t old = 0;
+      for (int b = 0; b < 4096; ++b) data[lane][b] = static_cast<uint8_t>(rng());
       std::vector<WorkRequest> batch = {
-          Request(Opcode::kWrite, 1, data.data(), 4096, area),
-          Request(Opcode::kRead, 2, back.data(), 4096, area),
-          Atomic(Opcode::kFetchAdd, 3, &old, kCounter, 1)};
+          Request(Opcode::kWrite, 1, data[lane], 4096, area),
+          Request(Opcode::kRead, 2, back[lane], 4096, area),
+          Atomic(Opcode::kFetchAdd, 3, &old[lane], kCounter, 1)};
       std::vector<Completion> c(3);
       if (!PostAndWait(ep, batch, absl::MakeSpan(c), kTimeout).ok() ||
-          back != data) {
+          std::memcmp(back[lane], data[lane], 4096) != 0) {
         failures.fetch_add(1);
       }
     }
@@ -411,7 +518,7 @@ TEST_P(TransportConformanceTest, TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads
 TEST_P(TransportConformanceTest, PeerDeathMakesEndpointUnavailable) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
-  uint64_t value = 0;
+  uint64_t& value = *Local<uint64_t>(1);
   ASSERT_TRUE(Run(*ep, {Request(Opcode::kRead, 1, &value, 8, 0)}).ok());
   backend_->KillNode();
   absl::Status status = Run(*ep, {Request(Opcode::kRead, 2, &value, 8, 0)});
@@ -440,7 +547,7 @@ TEST_P(TransportConformanceTest, MalformedAddressIsInvalidArgument) {
 TEST_P(TransportConformanceTest, InvalidLocalRequestIsInvalidArgument) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
-  uint64_t word = 0;
+  uint64_t& word = *Local<uint64_t>(1);
   std::vector<WorkRequest> bad;
   bad.push_back(Atomic(Opcode::kCompareSwap, 1, &word, 0, 0, 1));
   bad.back().length = 4;
@@ -473,7 +580,7 @@ TEST_P(TransportConformanceTest, PostingPastMaxOutstandingIsResourceExhausted) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);
   *node_word(0) = 5;
-  std::vector<uint64_t> words(kMaxOutstanding + 1);
+  uint64_t* words = Local<uint64_t>(kMaxOutstanding + 1);
   std::vector<WorkRequest> batch;
   size_t posted = 0;
   while (posted < kMaxOutstanding) {
@@ -518,8 +625,8 @@ TEST_P(TransportConformanceTest, ListenTwiceIsFailedPrecondition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
-                         testing::ValuesIn(BackendNames()),
-                         [](const testing::TestParamInfo<std::string>& info) {
+                         ::testing::ValuesIn(BackendNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
 

@@ -11,6 +11,7 @@
 #include "meshpool/client.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/transport_flags.h"
 #include "tools/workload.h"
 
 namespace meshpool::tools {
@@ -19,6 +20,7 @@ namespace {
 void DefineCoordinatorFlag(Flags& flags) {
   flags.Define("coordinator", "",
                "coordinator HOST:PORT (default: $MESHPOOL_COORDINATOR)");
+  DefineTransportFlags(flags, /*with_transport=*/false);
 }
 
 // Parses and connects; on failure returns the exit status in *rc.
@@ -43,6 +45,12 @@ std::unique_ptr<Client> Open(Flags& flags, int argc, char** argv,
   }
   ClientOptions options;
   options.coordinator = *address;
+  auto rdma = ClientRdmaFromFlags(flags);
+  if (!rdma.ok()) {
+    *rc = Fail(command, rdma.status());
+    return nullptr;
+  }
+  options.rdma = *std::move(rdma);
   auto client = Client::Connect(options);
   if (!client.ok()) {
     *rc = Fail(command, client.status());

@@ -16,6 +16,7 @@
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/local_cluster.h"
+#include "tools/transport_flags.h"
 #include "tools/workload.h"
 
 namespace meshpool::tools {
@@ -73,8 +74,8 @@ int RunNode(int argc, char** argv) {
   flags.Define("capacity", "1GiB", "pool size, e.g. 512MiB, 8GiB");
   flags.Define("node-id", "", "node name (default: assigned by the coordinator)");
   flags.Define("listen", "127.0.0.1:0", "control-plane (gRPC) address");
-  flags.Define("transport", "tcp", "data transport: tcp");
-  flags.Define("bind", "127.0.0.1:0", "data transport address");
+  DefineTransportFlags(flags, /*with_transport=*/true);
+  flags.Define("bind", "127.0.0.1:0", "data transport address (tcp)");
   flags.Define("advertise", "",
                "host clients dial (required when --listen/--bind use 0.0.0.0)");
   flags.Define("slab-size", "0", "slab size granted to clients (0: automatic)");
@@ -97,11 +98,6 @@ int RunNode(int argc, char** argv) {
         slab_lease.status(), read_lease.status()}) {
     if (!s.ok()) return Fail("node", s);
   }
-  if (flags.Get("transport") != "tcp") {
-    return Fail("node", absl::InvalidArgumentError(absl::StrCat(
-                            "--transport ", flags.Get("transport"),
-                            " is not available in this build; use tcp")));
-  }
   options.capacity_bytes = *capacity;
   options.slab_bytes = *slab;
   options.bucket_count = static_cast<uint64_t>(std::max<int64_t>(0, *buckets));
@@ -118,7 +114,7 @@ int RunNode(int argc, char** argv) {
     ::kill(::getpid(), SIGTERM);  // wakes WaitForStopSignal below
   };
   BlockStopSignals();
-  auto transport = rdma::CreateTcpTransport();
+  auto transport = NodeTransportFromFlags(flags);
   if (!transport.ok()) return Fail("node", transport.status());
   auto node = store::Node::Start(std::move(options), *std::move(transport));
   if (!node.ok()) return Fail("node", node.status());
@@ -157,6 +153,8 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
   options.capacity_bytes = *capacity;
   options.coordinator_port = static_cast<int>(*port);
   options.quiet = !flags.GetBool("verbose");
+  MESHPOOL_RETURN_IF_ERROR(ResolveTransport(flags).status());
+  options.node_args = TransportArgs(flags);
   return options;
 }
 
@@ -165,6 +163,7 @@ void DefineClusterFlags(Flags& flags, const char* default_port) {
   flags.Define("capacity", "256MiB", "pool size of each node");
   flags.Define("port", default_port, "coordinator port (0: any free port)");
   flags.DefineBool("verbose", "show the nodes' and coordinator's logs");
+  DefineTransportFlags(flags, /*with_transport=*/true);
 }
 
 }  // namespace
@@ -172,8 +171,8 @@ void DefineClusterFlags(Flags& flags, const char* default_port) {
 int RunUp(int argc, char** argv) {
   Flags flags("meshpool up [--nodes N] [--capacity SIZE]",
               "Runs a local cluster in the foreground: a coordinator and N "
-              "memory nodes, each its own process on 127.0.0.1, TCP "
-              "transport. Prints the coordinator address; Ctrl-C stops all.");
+              "memory nodes, each its own process on 127.0.0.1 (verbs when "
+              "an RDMA device is active, else TCP). Prints the coordinator address; Ctrl-C stops all.");
   DefineClusterFlags(flags, "7070");
   if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
@@ -199,7 +198,7 @@ int RunUp(int argc, char** argv) {
 int RunDemo(int argc, char** argv) {
   Flags flags("meshpool demo [--nodes N] [--duration D] [--value-size SIZE]",
               "Starts a local cluster (coordinator + N nodes as processes on "
-              "127.0.0.1, TCP transport), puts and gets values for a few "
+              "127.0.0.1), puts and gets values for a few "
               "seconds checking every byte, prints what it did and how fast, "
               "and stops the cluster.");
   DefineClusterFlags(flags, "0");
@@ -230,6 +229,9 @@ int RunDemo(int argc, char** argv) {
               (*cluster)->coordinator_address().c_str());
   ClientOptions copts;
   copts.coordinator = (*cluster)->coordinator_address();
+  auto rdma = ClientRdmaFromFlags(flags);
+  if (!rdma.ok()) return Fail("demo", rdma.status());
+  copts.rdma = *std::move(rdma);
   auto client = Client::Connect(copts);
   if (!client.ok()) return Fail("demo", client.status());
   auto result = RunWorkload(**client, w);

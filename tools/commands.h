@@ -16,6 +16,7 @@ int RunGet(int argc, char** argv);
 int RunDel(int argc, char** argv);
 int RunStat(int argc, char** argv);
 int RunBench(int argc, char** argv);
+int RunDoctor(int argc, char** argv);
 
 class Flags;
 

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,21 @@ struct ClientOptions {
   absl::Duration op_timeout = kDefaultOpTimeout;
   // Re-reads of an object that fails verification before DataLoss.
   int max_verify_retries = 16;
+  // RDMA (verbs) settings, used for nodes whose transport address is
+  // "verbs://..."; nodes at "tcp://..." addresses are reached over TCP.
+  struct Rdma {
+    // Devices this client may use ("rxe0", "mlx5_0"). Empty: every device
+    // with an active port; the first reaches peers not in peer_devices.
+    std::vector<std::string> devices;
+    // GID table index; -1: the port's first RoCE v2 IPv4 GID (else 0).
+    int gid_index = -1;
+    // This host's name in a device matrix (empty: the host name).
+    std::string self_name;
+    // Which local device reaches which node host: this host's row of the
+    // N x N device matrix (meshpool::rdma::ParseDeviceMatrix reads one).
+    std::map<std::string, std::string> peer_devices;
+  };
+  Rdma rdma;
   // Tests: reach every node through this transport (e.g. a simulated
   // fabric) instead of choosing one by the node's address scheme.
   std::shared_ptr<rdma::Transport> transport;

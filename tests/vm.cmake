@@ -1,0 +1,18 @@
+# Tests that boot the Soft-RoCE VM (tools/vm/, DESIGN §5): label "vm". Each
+# boots a qemu guest that wants the machine's CPUs, so run them on their own,
+# serially, apart from the normal parallel run: `ctest -L vm`.
+set(MESHPOOL_VM_TOOLS ${PROJECT_SOURCE_DIR}/tools/vm)
+
+# The guest has Soft-RoCE: rxe0 exists and its port is ACTIVE.
+add_test(NAME VmSmokeRxeDeviceIsActive COMMAND ${MESHPOOL_VM_TOOLS}/smoke.sh
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(VmSmokeRxeDeviceIsActive PROPERTIES
+                     LABELS vm RUN_SERIAL TRUE TIMEOUT 300)
+
+# Every test labelled "verbs", on a real (soft) RDMA device, where a missing
+# device is a failure (MESHPOOL_REQUIRE_VERBS=1), never a skip.
+add_test(NAME VerbsSuiteInVm
+         COMMAND ${MESHPOOL_VM_TOOLS}/run_verbs_suite.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(VerbsSuiteInVm PROPERTIES
+                     LABELS vm RUN_SERIAL TRUE TIMEOUT 1500
+                     DEPENDS VmSmokeRxeDeviceIsActive)

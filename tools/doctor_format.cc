@@ -1,0 +1,237 @@
+// FormatText / FormatJson for `meshpool doctor`.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/common.h"
+#include "tools/doctor.h"
+
+namespace meshpool::tools {
+namespace {
+
+// Bytes in a GiB, for the registration rate.
+constexpr double kGiB = static_cast<double>(1ull << 30);
+
+std::string LimitText(uint64_t bytes) {
+  return bytes == kUnlimited ? "unlimited" : FormatSize(bytes);
+}
+
+std::string ListOrNone(const std::vector<std::string>& items) {
+  return items.empty() ? "none" : absl::StrJoin(items, ", ");
+}
+
+double MsPerGiB(const RegistrationFacts& reg) {
+  return reg.bytes == 0 ? 0 : reg.seconds * 1e3 * kGiB / reg.bytes;
+}
+
+void AppendDevice(std::string& out, const rdma::RdmaDeviceInfo& device) {
+  // Soft-RoCE reports a max_mr_size of 2^64 - 1: no limit.
+  absl::StrAppendFormat(
+      &out,
+      "  %-10s %s  max_mr_size=%s max_qp_rd_atom=%d max_qp_wr=%d "
+      "max_inline_data=%d atomics=%s\n",
+      device.name, device.transport,
+      device.max_mr_size == ~0ull ? "unlimited"
+                                  : FormatSize(device.max_mr_size),
+      device.max_qp_rd_atom, device.max_qp_wr, device.max_inline_data,
+      device.atomics ? "yes" : "no");
+  for (const rdma::RdmaPortInfo& port : device.ports) {
+    absl::StrAppendFormat(&out, "    port %d  %-8s %-10s mtu %d\n", port.port,
+                          port.state, port.link_layer, port.active_mtu);
+    for (const rdma::RdmaGidInfo& gid : port.gids) {
+      absl::StrAppendFormat(&out, "      gid %-3d %-40s %-11s %s\n", gid.index,
+                            gid.gid, gid.type, gid.netdev);
+    }
+  }
+}
+
+// ---- JSON -----------------------------------------------------------------
+std::string Quote(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+const char* Bool(bool value) { return value ? "true" : "false"; }
+
+// A byte count, or the string "unlimited".
+std::string Limit(uint64_t bytes) {
+  return bytes == kUnlimited ? Quote("unlimited") : absl::StrCat(bytes);
+}
+
+std::string Strings(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  for (const std::string& item : items) quoted.push_back(Quote(item));
+  return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+}
+
+std::string DeviceJson(const rdma::RdmaDeviceInfo& device) {
+  std::vector<std::string> ports;
+  for (const rdma::RdmaPortInfo& port : device.ports) {
+    std::vector<std::string> gids;
+    for (const rdma::RdmaGidInfo& gid : port.gids) {
+      gids.push_back(absl::StrCat("{\"index\": ", gid.index,
+                                  ", \"gid\": ", Quote(gid.gid),
+                                  ", \"type\": ", Quote(gid.type),
+                                  ", \"netdev\": ", Quote(gid.netdev), "}"));
+    }
+    ports.push_back(absl::StrCat(
+        "{\"port\": ", port.port, ", \"state\": ", Quote(port.state),
+        ", \"active\": ", Bool(port.active), ", \"link_layer\": ",
+        Quote(port.link_layer), ", \"active_mtu\": ", port.active_mtu,
+        ", \"gids\": [", absl::StrJoin(gids, ", "), "]}"));
+  }
+  return absl::StrCat("{\"name\": ", Quote(device.name),
+                      ", \"transport\": ", Quote(device.transport),
+                      ", \"max_mr_size\": ", device.max_mr_size,
+                      ", \"max_qp_rd_atom\": ", device.max_qp_rd_atom,
+                      ", \"max_qp_wr\": ", device.max_qp_wr,
+                      ", \"max_inline_data\": ", device.max_inline_data,
+                      ", \"atomics\": ", Bool(device.atomics), ", \"ports\": [",
+                      absl::StrJoin(ports, ", "), "]}");
+}
+
+}  // namespace
+
+std::string FormatText(const HostFacts& facts, const DoctorReport& report,
+                       const DoctorOptions& options) {
+  std::string out;
+  if (!facts.list_ok) {
+    absl::StrAppend(
+        &out, "RDMA devices (libibverbs): error: ", facts.list_error, "\n");
+  } else if (facts.devices.empty()) {
+    absl::StrAppend(&out, "RDMA devices (libibverbs): none\n");
+  } else {
+    absl::StrAppend(&out, "RDMA devices (libibverbs): ", facts.devices.size(),
+                    "\n");
+    for (const rdma::RdmaDeviceInfo& device : facts.devices) {
+      AppendDevice(out, device);
+    }
+  }
+  const KernelFacts& kernel = facts.kernel;
+  absl::StrAppend(
+      &out, "kernel: /sys/class/infiniband: ", ListOrNone(kernel.sysfs_devices),
+      "; /dev/infiniband: ", ListOrNone(kernel.uverbs),
+      kernel.uverbs_denied.empty()
+          ? ""
+          : absl::StrCat(" (no access: ", ListOrNone(kernel.uverbs_denied),
+                         ")"),
+      "; modules: rdma_rxe ", kernel.rdma_rxe_loaded ? "loaded" : "not loaded",
+      ", ib_uverbs ", kernel.ib_uverbs_loaded ? "loaded" : "not loaded", "\n");
+  const MemlockFacts& memlock = facts.memlock;
+  if (memlock.known) {
+    absl::StrAppend(&out, "memlock: soft ", LimitText(memlock.soft), ", hard ",
+                    LimitText(memlock.hard),
+                    memlock.ipc_lock && memlock.soft != kUnlimited
+                        ? " (not enforced: CAP_IPC_LOCK)"
+                        : "",
+                    "; pool ", FormatSize(options.pool_bytes), "\n");
+  } else {
+    absl::StrAppend(&out, "memlock: unknown\n");
+  }
+  const HugePageFacts& huge = facts.hugepages;
+  if (huge.known) {
+    absl::StrAppend(&out, "huge pages: ", huge.free, " of ", huge.total,
+                    " free, ", FormatSize(huge.page_bytes), " each");
+  } else {
+    absl::StrAppend(&out, "huge pages: unknown");
+  }
+  absl::StrAppend(&out, "; transparent: ",
+                  huge.transparent.empty() ? "unknown" : huge.transparent,
+                  "\n");
+  if (!facts.registrations.empty()) {
+    absl::StrAppend(&out, "pool registration (", FormatSize(options.pool_bytes),
+                    ", ", facts.registrations.front().page_kind, "):\n");
+    for (const RegistrationFacts& reg : facts.registrations) {
+      if (reg.ok) {
+        absl::StrAppendFormat(&out, "  %-10s ok in %.0f ms (%.0f ms/GiB)\n",
+                              reg.device, reg.seconds * 1e3, MsPerGiB(reg));
+      } else {
+        absl::StrAppendFormat(&out, "  %-10s FAILED: %s\n", reg.device,
+                              reg.error);
+      }
+    }
+  }
+  absl::StrAppend(&out, "findings:", report.findings.empty() ? " none" : "",
+                  "\n");
+  for (const Finding& f : report.findings) {
+    absl::StrAppend(&out, "  ", SeverityName(f.severity), ": ", f.what,
+                    f.fix.empty() ? "" : absl::StrCat("; fix: ", f.fix), "\n");
+  }
+  absl::StrAppend(&out, report.verdict, "\n");
+  return out;
+}
+
+std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
+                       const DoctorOptions& options) {
+  std::vector<std::string> devices, registrations, findings;
+  for (const rdma::RdmaDeviceInfo& device : facts.devices) {
+    devices.push_back(DeviceJson(device));
+  }
+  for (const RegistrationFacts& reg : facts.registrations) {
+    registrations.push_back(absl::StrCat(
+        "{\"device\": ", Quote(reg.device), ", \"ok\": ", Bool(reg.ok),
+        ", \"error\": ", Quote(reg.error), ", \"bytes\": ", reg.bytes,
+        ", \"seconds\": ", absl::StrFormat("%.6f", reg.seconds),
+        ", \"ms_per_gib\": ", absl::StrFormat("%.1f", MsPerGiB(reg)),
+        ", \"page_kind\": ", Quote(reg.page_kind), "}"));
+  }
+  for (const Finding& f : report.findings) {
+    findings.push_back(absl::StrCat(
+        "{\"severity\": ", Quote(SeverityName(f.severity)),
+        ", \"what\": ", Quote(f.what), ", \"fix\": ", Quote(f.fix), "}"));
+  }
+  const MemlockFacts& memlock = facts.memlock;
+  const HugePageFacts& huge = facts.hugepages;
+  const KernelFacts& kernel = facts.kernel;
+  return absl::StrCat(
+      "{\n  \"pool_bytes\": ", options.pool_bytes,
+      ",\n  \"device\": ", Quote(options.device),
+      ",\n  \"list_ok\": ", Bool(facts.list_ok),
+      ",\n  \"list_error\": ", Quote(facts.list_error), ",\n  \"devices\": [",
+      absl::StrJoin(devices, ",\n    "), "]",
+      ",\n  \"memlock\": {\"known\": ", Bool(memlock.known),
+      ", \"soft\": ", Limit(memlock.soft), ", \"hard\": ", Limit(memlock.hard),
+      ", \"ipc_lock\": ", Bool(memlock.ipc_lock), "}",
+      ",\n  \"hugepages\": {\"known\": ", Bool(huge.known),
+      ", \"total\": ", huge.total, ", \"free\": ", huge.free,
+      ", \"page_bytes\": ", huge.page_bytes,
+      ", \"transparent\": ", Quote(huge.transparent), "}",
+      ",\n  \"kernel\": {\"sysfs_devices\": ", Strings(kernel.sysfs_devices),
+      ", \"uverbs\": ", Strings(kernel.uverbs),
+      ", \"uverbs_denied\": ", Strings(kernel.uverbs_denied),
+      ", \"rdma_rxe_loaded\": ", Bool(kernel.rdma_rxe_loaded),
+      ", \"ib_uverbs_loaded\": ", Bool(kernel.ib_uverbs_loaded), "}",
+      ",\n  \"registrations\": [", absl::StrJoin(registrations, ",\n    "), "]",
+      ",\n  \"findings\": [\n    ", absl::StrJoin(findings, ",\n    "), "]",
+      ",\n  \"serving_devices\": ", Strings(report.serving_devices),
+      ",\n  \"can_serve\": ", Bool(report.can_serve),
+      ",\n  \"verdict\": ", Quote(report.verdict), "\n}\n");
+}
+
+}  // namespace meshpool::tools

@@ -1,0 +1,129 @@
+#include "tools/transport_flags.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/common.h"
+
+namespace meshpool::tools {
+namespace {
+
+constexpr const char* kRdmaFlags[] = {"device", "gid-index", "device-matrix",
+                                      "host-name"};
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open the device matrix '", path, "'"));
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool HasActiveDevice() {
+  absl::StatusOr<std::vector<rdma::RdmaDeviceInfo>> devices =
+      rdma::ListRdmaDevices();
+  if (!devices.ok()) return false;
+  for (const rdma::RdmaDeviceInfo& d : *devices) {
+    for (const rdma::RdmaPortInfo& p : d.ports) {
+      if (p.active) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void DefineTransportFlags(Flags& flags, bool with_transport) {
+  if (with_transport) {
+    flags.Define("transport", "auto",
+                 "data transport: tcp, verbs, or auto (verbs when an RDMA "
+                 "device is active)");
+  }
+  flags.Define("device", "",
+               "RDMA devices to use, comma-separated (default: every active "
+               "one; `meshpool doctor` lists them)");
+  flags.Define("gid-index", "-1",
+               "RDMA GID index (default: the first RoCE v2 IPv4 GID)");
+  flags.Define("device-matrix", "",
+               "file: N x N matrix naming the device that reaches each host");
+  flags.Define("host-name", "",
+               "this host's name in the device matrix (default: host name)");
+}
+
+absl::StatusOr<std::string> ResolveTransport(const Flags& flags) {
+  std::string kind = flags.Get("transport");
+  if (kind == "tcp" || kind == "verbs") return kind;
+  if (kind == "auto") return HasActiveDevice() ? "verbs" : "tcp";
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--transport ", kind, " is unknown; use tcp, verbs or auto"));
+}
+
+absl::StatusOr<rdma::VerbsOptions> VerbsOptionsFromFlags(const Flags& flags) {
+  rdma::VerbsOptions options;
+  for (absl::string_view d :
+       absl::StrSplit(flags.Get("device"), ',', absl::SkipWhitespace())) {
+    options.devices.emplace_back(d);
+  }
+  int gid = -1;
+  if (!absl::SimpleAtoi(flags.Get("gid-index"), &gid) || gid < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gid-index ", flags.Get("gid-index"),
+        " is not a GID table index (0, 1, ...; `meshpool doctor` lists them)"));
+  }
+  options.gid_index = gid;
+  options.self_name = flags.Get("host-name");
+  if (options.self_name.empty()) options.self_name = HostName();
+  if (std::string path = flags.Get("device-matrix"); !path.empty()) {
+    MESHPOOL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    MESHPOOL_ASSIGN_OR_RETURN(
+        options.peer_devices,
+        rdma::ParseDeviceMatrix(text, options.self_name));
+  }
+  return options;
+}
+
+absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags) {
+  MESHPOOL_ASSIGN_OR_RETURN(rdma::VerbsOptions v, VerbsOptionsFromFlags(flags));
+  ClientOptions::Rdma rdma;
+  rdma.devices = std::move(v.devices);
+  rdma.gid_index = v.gid_index;
+  rdma.self_name = std::move(v.self_name);
+  rdma.peer_devices = std::move(v.peer_devices);
+  return rdma;
+}
+
+absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
+    const Flags& flags) {
+  MESHPOOL_ASSIGN_OR_RETURN(std::string kind, ResolveTransport(flags));
+  if (kind == "tcp") return rdma::CreateTcpTransport();
+  MESHPOOL_ASSIGN_OR_RETURN(rdma::VerbsOptions options,
+                            VerbsOptionsFromFlags(flags));
+  return rdma::CreateVerbsTransport(std::move(options));
+}
+
+std::vector<std::string> TransportArgs(const Flags& flags) {
+  std::vector<std::string> args = {"--transport", flags.Get("transport")};
+  for (const char* name : kRdmaFlags) {
+    std::string value = flags.Get(name);
+    if (value.empty() || (std::string(name) == "gid-index" && value == "-1")) {
+      continue;
+    }
+    args.push_back(absl::StrCat("--", name));
+    args.push_back(value);
+  }
+  return args;
+}
+
+}  // namespace meshpool::tools

@@ -1,0 +1,46 @@
+// The flags that choose and configure the data transport, shared by the
+// node, the local-cluster commands and the client commands:
+//   --transport auto|tcp|verbs   (node, up, demo)
+//   --device NAME[,NAME...]      RDMA devices to use (default: all active)
+//   --gid-index N                GID table index (default: first RoCE v2 IPv4)
+//   --device-matrix FILE         N x N matrix: which device reaches which host
+//   --host-name NAME             this host's name in the matrix
+// Not thread-safe (used from main only).
+#ifndef MESHPOOL_TOOLS_TRANSPORT_FLAGS_H_
+#define MESHPOOL_TOOLS_TRANSPORT_FLAGS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "meshpool/client.h"
+#include "rdma/rdma.h"
+#include "tools/flags.h"
+
+namespace meshpool::tools {
+
+// Declares the RDMA flags; with `with_transport`, --transport too.
+void DefineTransportFlags(Flags& flags, bool with_transport);
+
+// "tcp" or "verbs": --transport, with "auto" resolved to verbs when this host
+// has an RDMA device with an active port. InvalidArgument for other values.
+absl::StatusOr<std::string> ResolveTransport(const Flags& flags);
+
+// The verbs options the flags describe. InvalidArgument for a bad
+// --gid-index; NotFound / InvalidArgument from reading --device-matrix.
+absl::StatusOr<rdma::VerbsOptions> VerbsOptionsFromFlags(const Flags& flags);
+
+// The same, as a client's options.
+absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
+
+// A node's transport: TCP, or verbs as the flags configure it.
+absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
+    const Flags& flags);
+
+// The flags as given, to pass on to child `meshpool node` processes.
+std::vector<std::string> TransportArgs(const Flags& flags);
+
+}  // namespace meshpool::tools
+
+#endif  // MESHPOOL_TOOLS_TRANSPORT_FLAGS_H_

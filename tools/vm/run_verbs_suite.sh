@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# tools/vm/run_verbs_suite.sh BUILD_DIR: runs BUILD_DIR's tests labelled
+# "verbs" inside the Soft-RoCE VM, with MESHPOOL_REQUIRE_VERBS=1 so that a
+# test that finds no RDMA device fails instead of skipping. Prints
+# "verbs tests run in VM: P passed of N"; fails when N is 0.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+readonly LABEL=verbs
+readonly GUEST_TIMEOUT_S=1300  # the CTest test allows 1500 s in all
+
+[ $# -eq 1 ] && [ -f "$1/CTestTestfile.cmake" ] \
+  || { echo "usage: $0 BUILD_DIR (a configured meshpool build)" >&2; exit 2; }
+build="$(cd "$1" && pwd -P)"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+cd "$build"
+rc=0
+"$here/run.sh" --timeout "$GUEST_TIMEOUT_S" --rw "$build" --env MESHPOOL_REQUIRE_VERBS=1 \
+  -- ctest --test-dir "$build" -L "^$LABEL\$" --output-on-failure 2>&1 | tee "$log" \
+  || rc=${PIPESTATUS[0]}
+
+# ctest's summary: "100% tests passed, 0 tests failed out of 7".
+summary="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)"
+if [ -n "$summary" ]; then
+  failed="$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$summary")"
+  total="$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$summary")"
+elif [ "$rc" -eq 0 ]; then
+  failed=0 total=0  # ctest said "No tests were found!!!"
+else
+  echo "verbs suite in VM failed before ctest's summary (exit status $rc)" >&2
+  exit "$rc"
+fi
+echo "$LABEL tests run in VM: $((total - failed)) passed of $total"
+if [ "$total" -eq 0 ]; then
+  echo "no tests labelled $LABEL: $build has none (are the verbs tests built?)" >&2
+  exit 1
+fi
+if [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then rc=1; fi
+exit "$rc"
