@@ -46,7 +46,8 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     absl::Status st =
         lease_passed
             ? ReadLeaseExpired()
-            : VerifyCandidates(s, keys[i], plans[i], staging->data(), copy_out);
+            : VerifyCandidates(s, keys[i], buckets[i], plans[i],
+                               staging->data(), copy_out);
     if (IsRetryableRead(st)) {
       st = GetValue(node, keys[i], max_verify_retries, copy_out);
     }

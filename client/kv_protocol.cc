@@ -35,7 +35,40 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
   AddCandidateReads(s, b, plan, staging.data(), wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
-  return VerifyCandidates(s, key, plan, staging.data(), sink);
+  return VerifyCandidates(s, key, b, plan, staging.data(), sink);
+}
+
+// The one-round-trip GET: the key's buckets and the object its slot held
+// when this client last saw it, in one post. The object counts only if the
+// fresh buckets show that slot first among the key's candidates, still
+// holding that word: objects are immutable and their memory is reused only
+// a read lease after they are unlinked, so it is the current value (and it
+// is verified as always). Otherwise *served stays false and `b` holds the
+// fresh buckets for the usual second step.
+absl::Status ReadWithHint(Session& s, const KeyRef& key,
+                          const SlotCache::Hint& hint, absl::Time start,
+                          Buckets* b, ValueSink sink, bool* served) {
+  *served = false;
+  uint64_t length = s.ObjectReadLength(hint.word);
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(kBucketPairBytes + length));
+  std::vector<rdma::WorkRequest> wrs;
+  s.AddBucketReads(wrs, key, staging.data(), b);
+  s.AddRead(wrs, staging.data() + kBucketPairBytes,
+            store::DecodeSlot(hint.word).offset, length);
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  std::memcpy(b->words, staging.data(), kBucketPairBytes);
+  int slot = -1;
+  if (!HintHolds(key, *b, s.node().layout(), hint, &slot)) return absl::OkStatus();
+  if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
+  absl::string_view value;
+  absl::Status v = store::VerifyObject(
+      absl::MakeConstSpan(staging.data() + kBucketPairBytes, length), key.key,
+      key.hash, s.node().incarnation(), &value);
+  if (v.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  if (!v.ok()) return absl::AbortedError("torn object");
+  *served = true;
+  return sink(value);
 }
 
 // The zero-copy GET step: header and key of each candidate first, then the
@@ -52,6 +85,8 @@ absl::Status ReadCandidateDirect(Session& s, const KeyRef& key,
   if (h.value_length > direct.out.size()) {
     return BufferTooSmall(h.value_length, direct.out.size());
   }
+  s.node().slot_cache().Remember(key.hash, b.slot_offset[mine.front()],
+                                 b.words[mine.front()]);
   uint64_t offset = store::DecodeSlot(b.words[mine.front()]).offset;
   uint64_t digest_bytes = 8 * store::DigestCount(h.value_length);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(digest_bytes));
@@ -101,7 +136,23 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     absl::Time start = absl::Now();
     Buckets b;
-    MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+    // First attempt: one round trip when the slot cache knows where the key
+    // was (and the value is not one for the zero-copy path).
+    std::optional<SlotCache::Hint> hint;
+    if (attempt == 0) hint = node.slot_cache().Find(key.hash);
+    if (hint.has_value() &&
+        !(direct != nullptr && store::DecodeSlot(hint->word).size_bound >=
+                                   kZeroCopyMinBytes)) {
+      bool served = false;
+      absl::Status st = ReadWithHint(s, key, *hint, start, &b, sink, &served);
+      if (served || !st.ok()) {
+        if (!IsRetryableRead(st)) return st;
+        slow = st.code() == absl::StatusCode::kDeadlineExceeded;
+        continue;
+      }
+    } else {
+      MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+    }
     uint64_t largest = 0;
     for (int c : b.Candidates(key, node.layout())) {
       largest = std::max(largest, store::DecodeSlot(b.words[c]).size_bound);
@@ -126,18 +177,24 @@ namespace {
 
 // Stages the whole object and WRITEs it, then READs its last word back on the
 // same lane: the READ flushes the WRITE into node memory before anyone can
-// reach the object through the index.
+// reach the object through the index. The key's buckets are read in the
+// same post, for the publish that follows (into *b).
 absl::Status WriteStagedObject(Session& s, NodeConnection& node,
                                const KeyRef& key, absl::string_view value,
                                uint64_t sequence, uint64_t offset,
-                               uint64_t bytes) {
-  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(bytes + 8));
+                               uint64_t bytes, Buckets* b) {
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(bytes + 8 + kBucketPairBytes));
   store::EncodeObject(staging.subspan(0, bytes), key.key, value,
                       node.incarnation(), sequence);
+  char* buckets = staging.data() + bytes + 8;
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
   s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
-  return s.Run(wrs);
+  s.AddBucketReads(wrs, key, buckets, b);
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  std::memcpy(b->words, buckets, kBucketPairBytes);
+  return absl::OkStatus();
 }
 
 // The same object, with the value gathered straight from registered caller
@@ -145,11 +202,13 @@ absl::Status WriteStagedObject(Session& s, NodeConnection& node,
 absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
                                  const KeyRef& key, absl::string_view value,
                                  uint32_t value_lkey, uint64_t sequence,
-                                 uint64_t offset) {
+                                 uint64_t offset, Buckets* b) {
   uint64_t prefix = store::ValueOffset(key.key.size());
   uint64_t digests = 8 * store::DigestCount(value.size());
-  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(prefix + digests + 8));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      absl::Span<char> staging,
+      s.Staging(prefix + digests + 8 + kBucketPairBytes));
+  char* buckets = staging.data() + prefix + digests + 8;
   uint64_t checksum = store::EncodeObjectPrefix(
       staging, key.key, value.size(), node.incarnation(), sequence);
   store::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
@@ -161,7 +220,10 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
   s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
   s.AddRead(wrs, staging.data() + prefix + digests,
             digest_offset + digests - 8, 8);
-  return s.Run(wrs);
+  s.AddBucketReads(wrs, key, buckets, b);
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  std::memcpy(b->words, buckets, kBucketPairBytes);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -175,14 +237,15 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
     MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::Allocation a,
                               node.Allocate(bytes));
+    Buckets b;
     MESHPOOL_RETURN_IF_ERROR(
         gather ? WriteGatheredObject(s, node, key, value, *value_lkey,
-                                     sequence, a.offset())
+                                     sequence, a.offset(), &b)
                : WriteStagedObject(s, node, key, value, sequence, a.offset(),
-                                   bytes));
+                                   bytes, &b));
     uint64_t word =
         store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset());
-    absl::Status st = Publish(s, key, word, a.publish_deadline());
+    absl::Status st = Publish(s, key, word, a.publish_deadline(), &b);
     if (st.code() != absl::StatusCode::kAborted) return st;
   }
   return absl::UnavailableError(
@@ -192,6 +255,7 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
 
 absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
                        int max_verify_retries) {
+  node.slot_cache().Forget(key.hash);
   MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
   bool removed = false;
   for (int round = 0; round < kMaxPublishRounds; ++round) {

@@ -36,7 +36,7 @@ void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
   }
 }
 
-absl::Status VerifyCandidates(Session& s, const KeyRef& key,
+absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink) {
   bool stale = false;
@@ -45,7 +45,12 @@ absl::Status VerifyCandidates(Session& s, const KeyRef& key,
     absl::Status v = store::VerifyObject(
         absl::MakeConstSpan(staging + plan.offsets[i], plan.lengths[i]),
         key.key, key.hash, s.node().incarnation(), &value);
-    if (v.ok()) return sink(value);
+    if (v.ok()) {
+      int slot = plan.slots[i];
+      s.node().slot_cache().Remember(key.hash, b.slot_offset[slot],
+                                     b.words[slot]);
+      return sink(value);
+    }
     if (v.code() != absl::StatusCode::kNotFound) stale = true;
   }
   return stale ? absl::AbortedError("torn object")
@@ -104,16 +109,46 @@ void RemoveDuplicates(Session& s, const KeyRef& key) {
 
 }  // namespace
 
+bool HintHolds(const KeyRef& key, const Buckets& b,
+               const store::PoolLayout& layout,
+               const std::optional<SlotCache::Hint>& hint, int* slot) {
+  if (!hint.has_value()) return false;
+  std::vector<int> candidates = b.Candidates(key, layout);
+  if (candidates.empty()) return false;
+  int first = candidates.front();
+  if (b.words[first] != hint->word ||
+      b.slot_offset[first] != hint->slot_offset) {
+    return false;
+  }
+  *slot = first;
+  return true;
+}
+
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
-                     absl::Time deadline) {
+                     absl::Time deadline, const Buckets* prefetched) {
   auto too_late = [] {
     return absl::AbortedError("slab lease ended before publishing");
   };
+  SlotCache& cache = s.node().slot_cache();
+  std::optional<SlotCache::Hint> hint = cache.Find(key.hash);
   for (int round = 0; round < kMaxPublishRounds; ++round) {
     if (absl::Now() > deadline) return too_late();
     Buckets b;
-    MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
-    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
+    if (round == 0 && prefetched != nullptr) {
+      b = *prefetched;
+    } else {
+      MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+    }
+    // The slot this client last saw holding the key still does, and comes
+    // first: it is the target, without reading the candidates' headers. (A
+    // duplicate further on, left by a racing first insert, is never read and
+    // goes with the key's next full-path write or delete.)
+    int hinted = -1;
+    absl::StatusOr<std::vector<int>> mine =
+        HintHolds(key, b, s.node().layout(), round == 0 ? hint : std::nullopt,
+                  &hinted)
+            ? absl::StatusOr<std::vector<int>>(std::vector<int>{hinted})
+            : s.FindKeySlots(key, b);
     if (mine.status().code() == absl::StatusCode::kAborted) continue;
     if (!mine.ok()) return mine.status();
     int target = -1;
@@ -140,6 +175,7 @@ absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
     MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
     if (*old_value != b.words[target]) continue;  // lost a race: look again
     // Published. Never Aborted from here: the caller would publish again.
+    cache.Remember(key.hash, b.slot_offset[target], word);
     if (mine->size() != 1) RemoveDuplicates(s, key);
     return absl::OkStatus();
   }

@@ -235,9 +235,10 @@ CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
                              uint64_t* cursor);
 void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, std::vector<rdma::WorkRequest>& wrs);
-// Hands the first candidate that verifies to `sink`; NotFound when none is
-// the key; Aborted when one is torn (the bucket view is stale).
-absl::Status VerifyCandidates(Session& s, const KeyRef& key,
+// Hands the first candidate that verifies to `sink` (and remembers its slot
+// in the node's SlotCache); NotFound when none is the key; Aborted when one
+// is torn (the bucket view is stale).
+absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink);
 // Past the read lease, the slab we read from may have been reclaimed and
@@ -256,11 +257,19 @@ inline bool IsRetryableRead(const absl::Status& s) {
 // Phase one of every batch: all keys' buckets in one post.
 absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets);
-// Makes the key's slot point at `word` with one CAS (retrying lost races).
-// Aborted when `deadline` passed before publishing; ResourceExhausted when
-// both buckets are full.
+// True when the first candidate slot in `b` is the one `hint` names, still
+// holding the word it held when this client last verified or published the
+// key there: then that slot holds the key, with no header to re-read.
+bool HintHolds(const KeyRef& key, const Buckets& b,
+               const store::PoolLayout& layout,
+               const std::optional<SlotCache::Hint>& hint, int* slot);
+// Makes the key's slot point at `word` with one CAS (retrying lost races),
+// and remembers it in the node's SlotCache. `prefetched`, when given, is the
+// key's buckets read in the round trip that wrote the object: the first
+// round uses it instead of reading them again. Aborted when `deadline`
+// passed before publishing; ResourceExhausted when both buckets are full.
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
-                     absl::Time deadline);
+                     absl::Time deadline, const Buckets* prefetched = nullptr);
 
 }  // namespace meshpool::client_internal
 

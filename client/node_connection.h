@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/slot_cache.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
 #include "store/layout.h"
@@ -134,6 +135,9 @@ class NodeConnection {
   // Where `what` failed, for error messages ("node-1 (tcp://...)").
   std::string Describe() const;
 
+  // Where keys' slots were last seen on this node (hints only).
+  SlotCache& slot_cache() { return slot_cache_; }
+
  private:
   NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
                  const ConnectionOptions& options);
@@ -175,6 +179,8 @@ class NodeConnection {
   uint64_t grant_ ABSL_GUARDED_BY(slab_mu_) = 0;  // the current slab's grant
   uint64_t grants_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::flat_hash_map<uint64_t, SlabUse> slab_uses_ ABSL_GUARDED_BY(slab_mu_);
+
+  SlotCache slot_cache_;
 };
 
 }  // namespace meshpool::client_internal

@@ -165,6 +165,60 @@ TEST_F(ClientSimTest, ConcurrentInsertOfANewKeyLeavesOneSlot) {
   EXPECT_FALSE(*a_->Exists("new"));
 }
 
+// A client remembers where it last saw each key's slot and, on its next
+// GET, fetches that object in the same round trip as the index. Another
+// client's writes make the hint stale; a stale hint is never served.
+TEST_F(ClientSimTest, GetWithAStaleSlotHintReturnsTheCurrentValue) {
+  ASSERT_TRUE(a_->Put("k", "v1").ok());
+  ASSERT_EQ(*a_->Get("k"), "v1");         // A's hint: v1's slot and word
+  ASSERT_TRUE(b_->Put("k", "v2").ok());  // the slot now holds another word
+  EXPECT_EQ(*a_->Get("k"), "v2");
+  ASSERT_TRUE(b_->Delete("k").ok());
+  EXPECT_EQ(a_->Get("k").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(b_->Put("k", "v3").ok());  // back, in whichever slot is free
+  EXPECT_EQ(*a_->Get("k"), "v3");
+  EXPECT_EQ(*a_->Get("k"), "v3");        // and now through the fresh hint
+}
+
+TEST_F(ClientSimTest, GetWhoseHintedObjectIsReplacedInTheSameRoundTrip) {
+  ASSERT_TRUE(a_->Put("k", std::string(2000, '1')).ok());  // A's hint
+  // A's one-round-trip GET posts the buckets and the hinted object together;
+  // B replaces the value and scribbles over the old object right before
+  // A's object READ executes (after its bucket READs saw the old word).
+  InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
+    ASSERT_TRUE(b_->Put("k", std::string(2000, '2')).ok());
+    std::memset(reinterpret_cast<char*>(wr.remote_addr) +
+                    store::ValueOffset(1) + 10,
+                'X', 10);
+  });
+  absl::StatusOr<std::string> v = a_->Get("k");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::string(2000, '2'));
+  EXPECT_EQ(fired_, 1);
+}
+
+TEST_F(ClientSimTest, PutWithAStaleSlotHintReplacesTheCurrentValue) {
+  ASSERT_TRUE(a_->Put("k", "a1").ok());  // A's hint
+  ASSERT_TRUE(b_->Put("k", "b1").ok());
+  ASSERT_TRUE(a_->Put("k", "a2").ok());  // hint stale: the full path
+  EXPECT_EQ(*b_->Get("k"), "a2");
+  // A's hint is fresh when its buckets are read with the object WRITE, and
+  // stale by its CAS: the CAS fails and A publishes over B's value.
+  InterceptOnce(
+      [](const rdma::WorkRequest& wr) {
+        return wr.opcode == rdma::Opcode::kCompareSwap;
+      },
+      [&](const rdma::WorkRequest&) {
+        ASSERT_TRUE(b_->Put("k", "b2").ok());
+      });
+  ASSERT_TRUE(a_->Put("k", "a3").ok());
+  EXPECT_EQ(fired_, 1);
+  EXPECT_EQ(*b_->Get("k"), "a3");
+  EXPECT_EQ(*a_->Get("k"), "a3");
+  ASSERT_TRUE(a_->Delete("k").ok());
+  EXPECT_FALSE(*b_->Exists("k"));
+}
+
 // True when `wr` moves bytes straight to or from `buffer`.
 bool TouchesBuffer(const rdma::WorkRequest& wr, absl::Span<const char> buffer) {
   const char* local = static_cast<const char*>(wr.local);

@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -134,6 +136,24 @@ TEST(RaceTest, ConcurrentPutsAndGetsOfSameKeysNeverSeeTornOrForeignValues) {
   }
 }
 
+// True once `pid` has exited (a zombie or gone): its files, sockets and
+// RDMA resources are closed by then. Does not reap it.
+bool WaitUntilExited(pid_t pid, absl::Duration timeout = absl::Seconds(30)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() &&
+        line[paren + 2] == 'Z') {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
 TEST(NodeFailureTest, KilledNodeLosesOnlyItsKeysAndNothingCrashes) {
   tools::LocalClusterOptions options;
   options.nodes = 3;
@@ -187,6 +207,10 @@ TEST(NodeFailureTest, KilledNodeLosesOnlyItsKeysAndNothingCrashes) {
   }
   absl::SleepFor(absl::Milliseconds(100));  // let readers get going
   ASSERT_EQ(kill(victim_pid, SIGKILL), 0);
+  // Until the process has exited, its memory may still answer one-sided
+  // READs (over verbs the device serves them until the kernel tears the
+  // QPs down at exit): correct values, which the readers accept.
+  ASSERT_TRUE(WaitUntilExited(victim_pid));
 
   // Right away: keys on live nodes work; the victim's fail cleanly.
   int victim_keys = 0;

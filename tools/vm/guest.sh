@@ -41,6 +41,7 @@ mkdir -p "/lib/modules/$KVER"
 mount --bind "$MODULES" "/lib/modules/$KVER" || fail "bind-mounting $MODULES failed"
 modprobe -a rdma_rxe crc32_generic dummy veth || fail "modprobe rdma_rxe crc32_generic dummy veth failed"
 ip link set lo up
+hostname meshpool-vm
 
 # rxe device $1 on netdev $2: create it and wait until its port is ACTIVE.
 add_rxe() {
