@@ -83,6 +83,7 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   free_.pop_front();
   Slab& slab = slabs_[id];
   slab.state = SlabState::kGranted;
+  ++grants_;
   slab.client = std::string(client_id);
   slab.lease_end = now + options_.lease + kLeaseMargin;
   slab.unreferenced_since = absl::InfiniteFuture();
@@ -192,6 +193,7 @@ SlabCounts SlabManager::Counts() const {
   // A lease past its end still counts as granted until the next Reclaim
   // pass seals it.
   c.reclaimed = reclaimed_;
+  c.grants = grants_;
   c.objects = objects_;
   c.index_slots = options_.layout.bucket_count * kSlotsPerBucket;
   c.used_bytes = (c.granted + c.sealed) * options_.layout.slab_bytes;

@@ -20,6 +20,11 @@
 
 namespace meshpool::store {
 
+// How much longer than NodeOptions.reclaim_interval an idle node waits
+// between reclamation passes.
+inline constexpr int kIdleReclaimFactor = 10;
+static_assert(kIdleReclaimFactor >= 1);
+
 struct NodeOptions {
   std::string coordinator;      // host:port of the coordinator
   uint64_t capacity_bytes = 0;  // pool size
@@ -40,6 +45,8 @@ struct NodeOptions {
   // The longest a GET may take; published in NodeInfo. Freed memory is reused
   // only after max_read_lease + kReclaimMargin.
   absl::Duration max_read_lease = absl::Seconds(2);
+  // Reclamation passes run this often while there is work, and back off to
+  // kIdleReclaimFactor times it while there is none.
   absl::Duration reclaim_interval = absl::Milliseconds(200);
   // How long Start waits for the coordinator to answer.
   absl::Duration coordinator_timeout = absl::Seconds(3);

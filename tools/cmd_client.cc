@@ -206,7 +206,10 @@ int RunBench(int argc, char** argv) {
   DefineCoordinatorFlag(flags);
   flags.Define("value-size", "4KiB", "value size");
   flags.Define("threads", "4", "client threads");
-  flags.Define("batch", "1", "keys per operation (BatchGet/BatchPut)");
+  flags.Define("batch", "1",
+               "keys per operation (1: Get/Put, more: BatchGet/BatchPut)");
+  flags.DefineBool("no-register",
+                   "do not RegisterBuffer the value buffers (stage values)");
   flags.Define("read-fraction", "0.9", "share of operations that are GETs");
   flags.Define("duration", "5s", "how long to run");
   flags.Define("keys", "1000", "key space (written once before timing)");
@@ -230,6 +233,7 @@ int RunBench(int argc, char** argv) {
   w.value_bytes = *size;
   w.threads = static_cast<int>(*threads);
   w.batch = static_cast<int>(*batch);
+  w.register_buffers = !flags.GetBool("no-register");
   w.read_fraction = *reads;
   w.duration = *duration;
   w.keys = static_cast<uint64_t>(std::max<int64_t>(*keys, 0));

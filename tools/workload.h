@@ -17,7 +17,9 @@ namespace meshpool::tools {
 struct WorkloadOptions {
   uint64_t value_bytes = 4096;
   int threads = 4;
-  int batch = 1;                 // keys per operation
+  int batch = 1;                 // keys per operation (1: Get/Put, else
+                                 // BatchGet/BatchPut)
+  bool register_buffers = true;  // RegisterBuffer the value buffers
   double read_fraction = 0.9;    // share of operations that are GETs
   absl::Duration duration = absl::Seconds(5);
   uint64_t keys = 1000;          // key space, written once before timing
