@@ -175,25 +175,69 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
 
 namespace {
 
+// The READs a PUT adds to the post that writes its object: the key's buckets
+// and, when the slot cache has a hint, the hinted object's header and key.
+class Prefetch {
+ public:
+  Prefetch(Session& s, const KeyRef& key)
+      : s_(s), key_(key), hint_(s.node().slot_cache().Find(key.hash)) {
+    if (hint_.has_value()) {
+      header_bytes_ = std::min<uint64_t>(store::ValueOffset(key.key.size()),
+                                         s.ObjectReadLength(hint_->word));
+    }
+  }
+  uint64_t bytes() const { return kBucketPairBytes + header_bytes_; }
+  // REQUIRES: `dst` holds bytes() and stays valid until Finish().
+  void AddReads(char* dst, std::vector<rdma::WorkRequest>& wrs) {
+    dst_ = dst;
+    s_.AddBucketReads(wrs, key_, dst, &out_.buckets);
+    if (hint_.has_value()) {
+      s_.AddRead(wrs, dst + kBucketPairBytes,
+                 store::DecodeSlot(hint_->word).offset, header_bytes_);
+    }
+  }
+  // After the post completed: the buckets, and the hint if its object is
+  // this key.
+  void Finish(PutPrefetch* out) {
+    std::memcpy(out_.buckets.words, dst_, kBucketPairBytes);
+    if (hint_.has_value() &&
+        store::VerifyHeaderAndKey(
+            absl::MakeConstSpan(dst_ + kBucketPairBytes, header_bytes_),
+            key_.key, key_.hash, s_.node().incarnation(), nullptr)
+            .ok()) {
+      out_.verified_hint = hint_;
+    }
+    *out = out_;
+  }
+
+ private:
+  Session& s_;
+  const KeyRef& key_;
+  std::optional<SlotCache::Hint> hint_;
+  uint64_t header_bytes_ = 0;
+  char* dst_ = nullptr;
+  PutPrefetch out_;
+};
+
 // Stages the whole object and WRITEs it, then READs its last word back on the
 // same lane: the READ flushes the WRITE into node memory before anyone can
-// reach the object through the index. The key's buckets are read in the
-// same post, for the publish that follows (into *b).
+// reach the object through the index. The publish's first READs go in the
+// same post (into *p).
 absl::Status WriteStagedObject(Session& s, NodeConnection& node,
                                const KeyRef& key, absl::string_view value,
                                uint64_t sequence, uint64_t offset,
-                               uint64_t bytes, Buckets* b) {
+                               uint64_t bytes, PutPrefetch* p) {
+  Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(bytes + 8 + kBucketPairBytes));
+                            s.Staging(bytes + 8 + prefetch.bytes()));
   store::EncodeObject(staging.subspan(0, bytes), key.key, value,
                       node.incarnation(), sequence);
-  char* buckets = staging.data() + bytes + 8;
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
   s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
-  s.AddBucketReads(wrs, key, buckets, b);
+  prefetch.AddReads(staging.data() + bytes + 8, wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
-  std::memcpy(b->words, buckets, kBucketPairBytes);
+  prefetch.Finish(p);
   return absl::OkStatus();
 }
 
@@ -202,13 +246,13 @@ absl::Status WriteStagedObject(Session& s, NodeConnection& node,
 absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
                                  const KeyRef& key, absl::string_view value,
                                  uint32_t value_lkey, uint64_t sequence,
-                                 uint64_t offset, Buckets* b) {
+                                 uint64_t offset, PutPrefetch* p) {
   uint64_t prefix = store::ValueOffset(key.key.size());
   uint64_t digests = 8 * store::DigestCount(value.size());
+  Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(
       absl::Span<char> staging,
-      s.Staging(prefix + digests + 8 + kBucketPairBytes));
-  char* buckets = staging.data() + prefix + digests + 8;
+      s.Staging(prefix + digests + 8 + prefetch.bytes()));
   uint64_t checksum = store::EncodeObjectPrefix(
       staging, key.key, value.size(), node.incarnation(), sequence);
   store::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
@@ -220,9 +264,9 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
   s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
   s.AddRead(wrs, staging.data() + prefix + digests,
             digest_offset + digests - 8, 8);
-  s.AddBucketReads(wrs, key, buckets, b);
+  prefetch.AddReads(staging.data() + prefix + digests + 8, wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
-  std::memcpy(b->words, buckets, kBucketPairBytes);
+  prefetch.Finish(p);
   return absl::OkStatus();
 }
 
@@ -237,15 +281,15 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
     MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::Allocation a,
                               node.Allocate(bytes));
-    Buckets b;
+    PutPrefetch p;
     MESHPOOL_RETURN_IF_ERROR(
         gather ? WriteGatheredObject(s, node, key, value, *value_lkey,
-                                     sequence, a.offset(), &b)
+                                     sequence, a.offset(), &p)
                : WriteStagedObject(s, node, key, value, sequence, a.offset(),
-                                   bytes, &b));
+                                   bytes, &p));
     uint64_t word =
         store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset());
-    absl::Status st = Publish(s, key, word, a.publish_deadline(), &b);
+    absl::Status st = Publish(s, key, word, a.publish_deadline(), &p);
     if (st.code() != absl::StatusCode::kAborted) return st;
   }
   return absl::UnavailableError(

@@ -125,28 +125,29 @@ bool HintHolds(const KeyRef& key, const Buckets& b,
 }
 
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
-                     absl::Time deadline, const Buckets* prefetched) {
+                     absl::Time deadline, const PutPrefetch* prefetched) {
   auto too_late = [] {
     return absl::AbortedError("slab lease ended before publishing");
   };
   SlotCache& cache = s.node().slot_cache();
-  std::optional<SlotCache::Hint> hint = cache.Find(key.hash);
   for (int round = 0; round < kMaxPublishRounds; ++round) {
     if (absl::Now() > deadline) return too_late();
     Buckets b;
+    std::optional<SlotCache::Hint> hint;
     if (round == 0 && prefetched != nullptr) {
-      b = *prefetched;
+      b = prefetched->buckets;
+      hint = prefetched->verified_hint;
     } else {
       MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
     }
-    // The slot this client last saw holding the key still does, and comes
-    // first: it is the target, without reading the candidates' headers. (A
-    // duplicate further on, left by a racing first insert, is never read and
-    // goes with the key's next full-path write or delete.)
+    // The hinted slot, whose object was just verified as this key, still
+    // holds it and comes first: it is the target, without reading the
+    // candidates' headers again. (A duplicate further on, left by a racing
+    // first insert, is never read and goes with the key's next full-path
+    // write or delete.)
     int hinted = -1;
     absl::StatusOr<std::vector<int>> mine =
-        HintHolds(key, b, s.node().layout(), round == 0 ? hint : std::nullopt,
-                  &hinted)
+        HintHolds(key, b, s.node().layout(), hint, &hinted)
             ? absl::StatusOr<std::vector<int>>(std::vector<int>{hinted})
             : s.FindKeySlots(key, b);
     if (mine.status().code() == absl::StatusCode::kAborted) continue;

@@ -263,13 +263,24 @@ absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
 bool HintHolds(const KeyRef& key, const Buckets& b,
                const store::PoolLayout& layout,
                const std::optional<SlotCache::Hint>& hint, int* slot);
+// What a PUT read in the round trip that wrote its object: the key's
+// buckets and, when the slot cache had a hint, the header and key of the
+// hinted object — so the first publish round needs no further READ.
+struct PutPrefetch {
+  Buckets buckets;
+  // Set only when the hinted object's header and key verified as this key:
+  // a slot word alone does not name a key (an offset is reused after
+  // reclamation, and fingerprints collide), so an unverified hint must never
+  // pick the slot a PUT replaces.
+  std::optional<SlotCache::Hint> verified_hint;
+};
 // Makes the key's slot point at `word` with one CAS (retrying lost races),
-// and remembers it in the node's SlotCache. `prefetched`, when given, is the
-// key's buckets read in the round trip that wrote the object: the first
-// round uses it instead of reading them again. Aborted when `deadline`
-// passed before publishing; ResourceExhausted when both buckets are full.
+// and remembers it in the node's SlotCache. `prefetched`, when given, serves
+// the first round instead of READs. Aborted when `deadline` passed before
+// publishing; ResourceExhausted when both buckets are full.
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
-                     absl::Time deadline, const Buckets* prefetched = nullptr);
+                     absl::Time deadline,
+                     const PutPrefetch* prefetched = nullptr);
 
 }  // namespace meshpool::client_internal
 

@@ -45,11 +45,13 @@ class Lane {
   Lane(rdma::Transport& transport, std::unique_ptr<rdma::Endpoint> endpoint)
       : transport_(transport), endpoint_(std::move(endpoint)) {}
   rdma::Transport& transport_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
-  // The region is dropped before the buffer it covers.
+  // Destroyed in reverse: the endpoint first (a discarded lane may still
+  // have requests in flight into the staging buffer), then the region, then
+  // the buffer it covers.
   std::unique_ptr<char[]> buffer_;
   size_t buffer_bytes_ = 0;
   std::unique_ptr<rdma::MemoryRegion> region_;
+  std::unique_ptr<rdma::Endpoint> endpoint_;
 };
 
 struct ConnectionOptions {

@@ -1,10 +1,10 @@
 // SlotCache: where a key's index slot was last seen on one node, and the
 // word it held — a hint that lets a GET fetch the object in the same round
-// trip as the index, and a PUT skip re-reading the headers of the key's
-// candidates. Never trusted alone: every use compares the hint with the
-// index words read in the same operation, and objects are verified as
-// always, so a stale, evicted or torn entry costs at most the round trip it
-// tried to save.
+// trip as the index, and a PUT read the hinted header with its object WRITE
+// instead of after it. Never trusted alone: every use compares the hint
+// with the index words read in the same operation, and the object it names
+// is verified as this key's (a slot word alone does not name a key), so a
+// stale, evicted or torn entry costs at most the READ it added.
 //
 // Thread-safe and lock-free: direct-mapped entries of relaxed atomics. Two
 // threads racing on one entry may leave a mix of their values; that is a

@@ -321,18 +321,20 @@ void NodeImpl::HeartbeatLoop() {
 }
 
 // A pass reads the whole index: the node's only recurring work. It runs
-// every reclaim_interval while there is reclamation to do (slabs granted
-// since the last pass, sealed slabs waiting out their grace, slabs just
-// freed) and backs off, doubling up to kIdleReclaimFactor times that, while
-// passes find nothing: an idle or read-only node then costs next to no CPU.
+// every reclaim_interval while there is reclamation to do (clients asked for
+// slabs since the last pass — granted or refused for want of free ones —,
+// sealed slabs waiting out their grace, slabs just freed) and backs off,
+// doubling up to kIdleReclaimFactor times that, while passes find nothing:
+// an idle or read-only node then costs next to no CPU.
 void NodeImpl::ReclaimLoop() {
   absl::Duration interval = options_.reclaim_interval;
-  uint64_t grants = slabs_->Counts().grants;
+  uint64_t requests = slabs_->Counts().grant_requests;
   while (!WaitForStop(interval)) {
     ReclaimPass pass = slabs_->Reclaim();
-    uint64_t now_grants = slabs_->Counts().grants;
-    bool busy = pass.freed > 0 || pass.candidates > 0 || now_grants != grants;
-    grants = now_grants;
+    uint64_t now_requests = slabs_->Counts().grant_requests;
+    bool busy =
+        pass.freed > 0 || pass.candidates > 0 || now_requests != requests;
+    requests = now_requests;
     interval = busy ? options_.reclaim_interval
                     : std::min(interval * 2,
                                options_.reclaim_interval * kIdleReclaimFactor);

@@ -69,6 +69,7 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   }
   absl::Time now = Now();
   absl::MutexLock lock(&mu_);
+  ++grant_requests_;
   // Expired leases are sealed by Reclaim, not here: Grant stays O(1), and a
   // sealed slab cannot be granted before reclamation frees it anyway.
   if (free_.empty()) {
@@ -194,6 +195,7 @@ SlabCounts SlabManager::Counts() const {
   // pass seals it.
   c.reclaimed = reclaimed_;
   c.grants = grants_;
+  c.grant_requests = grant_requests_;
   c.objects = objects_;
   c.index_slots = options_.layout.bucket_count * kSlotsPerBucket;
   c.used_bytes = (c.granted + c.sealed) * options_.layout.slab_bytes;

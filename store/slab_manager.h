@@ -86,6 +86,7 @@ struct SlabCounts {
   uint64_t sealed = 0;
   uint64_t reclaimed = 0;      // made FREE again since Create
   uint64_t grants = 0;         // leases granted since Create
+  uint64_t grant_requests = 0;  // Grant calls since Create, granted or not
   uint64_t objects = 0;        // occupied index slots at the last pass
   uint64_t index_slots = 0;
   uint64_t used_bytes = 0;     // bytes of slabs that are not FREE
@@ -158,6 +159,7 @@ class SlabManager {
   std::deque<uint64_t> free_ ABSL_GUARDED_BY(mu_);  // FIFO of FREE slabs
   uint64_t reclaimed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t grants_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t grant_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t objects_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -219,6 +219,44 @@ TEST_F(ClientSimTest, PutWithAStaleSlotHintReplacesTheCurrentValue) {
   EXPECT_FALSE(*b_->Exists("k"));
 }
 
+// A slot word does not name a key: after reclamation the same offset can
+// hold another key's object whose fingerprint collides, so the slot holds
+// the same word again. A PUT must not replace that slot on the strength of
+// its hint (it would unlink the other key).
+TEST_F(ClientSimTest, PutNeverReplacesAnotherKeysObjectBehindAnUnchangedSlotWord) {
+  const std::string v1(100, '1'), v2(100, '2'), other(100, 'o');
+  ASSERT_TRUE(a_->Put("k", v1).ok());
+  std::atomic<uint64_t> object{0};
+  InterceptOnce(IsObjectRead,
+                [&](const rdma::WorkRequest& wr) { object = wr.remote_addr; });
+  ASSERT_EQ(*a_->Get("k"), v1);  // A's hint now names k's slot and word
+  ASSERT_NE(object.load(), 0u);
+  // Same size, same offset, another key: what reclamation and reuse by a
+  // key with a colliding fingerprint would leave behind.
+  const proto::NodeInfo& info = node_->info();
+  const uint64_t bytes = store::ObjectBytes(1, v1.size());
+  store::EncodeObject(
+      absl::MakeSpan(reinterpret_cast<char*>(object.load()), bytes), "x",
+      other, info.incarnation(), 77);
+  const uint64_t word = store::EncodeSlot(
+      store::Fingerprint(store::HashKey("k")), bytes,
+      object.load() - info.pool().addr());
+  auto count_word = [&] {
+    const uint64_t* index = reinterpret_cast<const uint64_t*>(
+        info.pool().addr() + info.layout().index_offset());
+    int n = 0;
+    for (uint64_t i = 0; i < info.layout().bucket_count() * 8; ++i) {
+      n += index[i] == word;
+    }
+    return n;
+  };
+  ASSERT_EQ(count_word(), 1);
+  ASSERT_TRUE(a_->Put("k", v2).ok());
+  EXPECT_EQ(count_word(), 1) << "the other key's slot was replaced";
+  EXPECT_EQ(*b_->Get("k"), v2);
+  EXPECT_EQ(*a_->Get("k"), v2);
+}
+
 // True when `wr` moves bytes straight to or from `buffer`.
 bool TouchesBuffer(const rdma::WorkRequest& wr, absl::Span<const char> buffer) {
   const char* local = static_cast<const char*>(wr.local);
