@@ -111,6 +111,11 @@ absl::StatusOr<std::unique_ptr<Endpoint>> VerbsEndpoint::Connect(
   }
   const int cq_depth =
       std::min<int>(static_cast<int>(sq_depth) + 1, dev.attr.max_cqe);
+  if (cq_depth <= static_cast<int>(kMaxOutstanding)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dev.name, " allows ", dev.attr.max_cqe, " entries per CQ; ",
+        "meshpool needs more than ", kMaxOutstanding));
+  }
   MESHPOOL_ASSIGN_OR_RETURN(CompletionChannel channel,
                             CompletionChannel::Create(context));
   MESHPOOL_ASSIGN_OR_RETURN(
@@ -176,7 +181,10 @@ VerbsEndpoint::VerbsEndpoint(EndpointSetup setup, CompletionChannel channel,
       max_piece_bytes_(setup_.device->port_attr.max_msg_sz != 0
                            ? setup_.device->port_attr.max_msg_sz
                            : kMaxTransferBytes),
-      sq_depth_(qp.caps().max_send_wr),
+      // In flight at most what the CQ can hold: after an error every
+      // outstanding request comes back as a flush completion.
+      sq_depth_(std::min<uint32_t>(qp.caps().max_send_wr,
+                                   static_cast<uint32_t>(cq.get()->cqe - 1))),
       pending_(kMaxOutstanding),
       ready_(kMaxOutstanding),
       wrs_(qp.caps().max_send_wr),

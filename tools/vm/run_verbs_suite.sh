@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # tools/vm/run_verbs_suite.sh BUILD_DIR: runs BUILD_DIR's tests labelled
 # "verbs" inside the Soft-RoCE VM, with MESHPOOL_REQUIRE_VERBS=1 so that a
-# test that finds no RDMA device fails instead of skipping. Prints
+# test that finds no RDMA device fails instead of skipping. The VM has two
+# devices (run.sh --rxe 2: rxe0 and rxe1 on a veth pair), so the tests of
+# per-peer device choice and of a pulled cable have a second device. Prints
 # "verbs tests run in VM: P passed of N"; fails when N is 0.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 readonly LABEL=verbs
 readonly GUEST_TIMEOUT_S=1300  # the CTest test allows 1500 s in all
+readonly RXE_DEVICES=2
 
 [ $# -eq 1 ] && [ -f "$1/CTestTestfile.cmake" ] \
   || { echo "usage: $0 BUILD_DIR (a configured meshpool build)" >&2; exit 2; }
@@ -16,7 +19,8 @@ trap 'rm -f "$log"' EXIT
 
 cd "$build"
 rc=0
-"$here/run.sh" --timeout "$GUEST_TIMEOUT_S" --rw "$build" --env MESHPOOL_REQUIRE_VERBS=1 \
+"$here/run.sh" --timeout "$GUEST_TIMEOUT_S" --rxe "$RXE_DEVICES" --rw "$build" \
+  --env MESHPOOL_REQUIRE_VERBS=1 \
   -- ctest --test-dir "$build" -L "^$LABEL\$" --output-on-failure 2>&1 | tee "$log" \
   || rc=${PIPESTATUS[0]}
 
