@@ -172,7 +172,8 @@ int RunUp(int argc, char** argv) {
   Flags flags("meshpool up [--nodes N] [--capacity SIZE]",
               "Runs a local cluster in the foreground: a coordinator and N "
               "memory nodes, each its own process on 127.0.0.1 (verbs when "
-              "an RDMA device is active, else TCP). Prints the coordinator address; Ctrl-C stops all.");
+              "an RDMA device is active, else TCP). Prints the coordinator "
+              "address; Ctrl-C stops all.");
   DefineClusterFlags(flags, "7070");
   if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
