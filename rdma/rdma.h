@@ -16,9 +16,9 @@
 //     name in their work requests.
 //   * A client Connect()s an Endpoint to a peer (one endpoint = one QP or one
 //     TCP lane). It Post()s batches of WorkRequests and Poll()s completions.
-//   * Every posted request yields exactly one Completion, in posting order
-//     per endpoint (TCP and sim complete every request; verbs may later
-//     complete unsignaled ones silently, so callers only rely on signaled).
+//   * Every signaled request yields exactly one Completion, in posting order
+//     per endpoint; so does every failed one. TCP and sim also complete
+//     unsignaled requests, verbs does not: callers rely on signaled ones.
 //   * READ copies remote -> local, WRITE local -> remote, CAS/FAA operate on
 //     one 8-byte aligned remote word and store its previous value into the
 //     8-byte local buffer, as verbs does.

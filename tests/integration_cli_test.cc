@@ -1,7 +1,4 @@
 // The `meshpool` command line against a real local cluster.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -12,27 +9,13 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration_util.h"
+#include "tests/shell_util.h"
 
 namespace meshpool {
 namespace {
 
-struct ShellResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-ShellResult Shell(const std::string& command) {
-  std::string full = absl::StrCat(command, " 2>&1");
-  FILE* pipe = popen(full.c_str(), "r");
-  ShellResult run{-1, ""};
-  if (pipe == nullptr) return run;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
-  int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using testing::Shell;
+using testing::ShellResult;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -41,7 +41,8 @@ inline std::unique_ptr<Client> ConnectClient(const std::string& coordinator) {
 }
 
 // Nodes count objects at their periodic index scan (every 200 ms by
-// default), so a test waits for the count it expects, up to a deadline.
+// default, backing off to 2 s while idle), so a test waits for the count it
+// expects, up to a deadline.
 template <typename Predicate>
 bool WaitForStatus(Client& client, Predicate done,
                    absl::Duration timeout = absl::Seconds(20)) {

@@ -1,8 +1,5 @@
 // `meshpool doctor`: Diagnose and the formatting on fabricated host facts (no
 // device needed), the parsers, and the real binary on this host.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -12,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/shell_util.h"
 #include "tools/doctor.h"
 
 namespace meshpool::tools {
@@ -585,23 +583,11 @@ TEST(DoctorParseTest, Ipv4MappedGids) {
 }
 
 // ---- The real binary on this host -----------------------------------------
-struct DoctorRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using DoctorRun = ::meshpool::testing::ShellResult;
 
 DoctorRun Doctor(const std::string& args) {
-  std::string command =
-      absl::StrCat(MESHPOOL_BINARY, " doctor ", args, " 2>&1");
-  DoctorRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
-  int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::meshpool::testing::Shell(
+      absl::StrCat(MESHPOOL_BINARY, " doctor ", args));
 }
 
 bool HostHasRdmaDevices() {

@@ -1,36 +1,22 @@
 // `meshpool doctor` on a host with an RDMA device (label `verbs`: the
 // Soft-RoCE VM). Skips loudly elsewhere; fails under MESHPOOL_REQUIRE_VERBS=1.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/shell_util.h"
 #include "tests/verbs_test_util.h"
 
 namespace meshpool::tools {
 namespace {
 
-struct DoctorRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using DoctorRun = ::meshpool::testing::ShellResult;
 
 DoctorRun Doctor(const std::string& args) {
-  std::string command =
-      absl::StrCat(MESHPOOL_BINARY, " doctor ", args, " 2>&1");
-  DoctorRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
-  int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::meshpool::testing::Shell(
+      absl::StrCat(MESHPOOL_BINARY, " doctor ", args));
 }
 
 TEST(DoctorVerbsTest, DeviceWithActivePortAndRoceV2GidCanServe) {

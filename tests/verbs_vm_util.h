@@ -6,9 +6,6 @@
 #ifndef MESHPOOL_TESTS_VERBS_VM_UTIL_H_
 #define MESHPOOL_TESTS_VERBS_VM_UTIL_H_
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -24,12 +21,12 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "rdma/rdma.h"
+#include "tests/shell_util.h"
 
 namespace meshpool::testing {
 
 // How long a port may take to come back after its link is up again.
 constexpr absl::Duration kPortActiveTimeout = absl::Seconds(15);
-constexpr size_t kMaxCommandOutput = 1 << 20;
 
 // True inside the VM (tools/vm/guest.sh sets it), where tests may change
 // the network.
@@ -100,25 +97,15 @@ inline absl::StatusOr<std::string> NetdevOfVerbsDevice(
       device, " has no RoCE v2 IPv4 GID with a network device on port 1"));
 }
 
-// Runs `command` with /bin/sh and returns its stdout; Internal when it exits
-// non-zero.
+// Runs `command` with /bin/sh and returns what it printed; Internal when it
+// exits non-zero.
 inline absl::StatusOr<std::string> RunShell(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    return absl::InternalError(absl::StrCat("popen failed for: ", command));
+  ShellResult run = Shell(command);
+  if (run.exit_code != 0) {
+    return absl::InternalError(absl::StrCat("`", command, "` failed (exit ",
+                                            run.exit_code, "): ", run.output));
   }
-  std::string out;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
-    if (out.size() < kMaxCommandOutput) out.append(buffer, n);
-  }
-  const int status = ::pclose(pipe);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(
-        absl::StrCat("`", command, "` failed (wait status ", status, ")"));
-  }
-  return out;
+  return run.output;
 }
 
 // Waits until every RDMA device's port 1 is ACTIVE; DeadlineExceeded naming

@@ -123,7 +123,9 @@ class Client {
     virtual ~RegisteredBuffer() = default;
     virtual absl::Span<char> span() const = 0;
   };
-  // Registers [addr, addr + length) with the transport. Afterwards, a Put
+  // Registers [addr, addr + length) with the transport the cluster's nodes
+  // are reached by (verbs or tcp, from their addresses; a registration helps
+  // only operations on nodes of that transport). Afterwards, a Put
   // whose value lies inside it and a Get whose output buffer lies inside it
   // move values of at least 64 KiB straight between this memory and the
   // node's pool, with no staging copy (a Get then takes one more round trip:
