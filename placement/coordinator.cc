@@ -1,4 +1,5 @@
-// Coordinator: wires Membership, the gRPC server and the reaper thread.
+// Coordinator: wires Membership, the region table, the gRPC server and the
+// reaper thread.
 #include <string>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "placement/coordinator_service.h"
 #include "placement/membership.h"
 #include "placement/placement.h"
+#include "placement/region_table.h"
 
 namespace meshpool::placement {
 namespace {
@@ -39,22 +41,34 @@ std::string ReachableHost(const std::string& listen) {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.state == nullptr) options.state = NewInMemoryCoordinatorState();
+  if (options.region_nodes == nullptr) options.region_nodes = NewGrpcRegionNodes();
+  // The region table shares the state Membership owns (and outlives it).
+  CoordinatorState* const state = options.state.get();
+  auto regions =
+      std::make_unique<RegionTable>(state, options.region_nodes.get(), options.clock);
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
       Membership::Create(std::move(options.state), options.dead_after, options.clock));
   std::unique_ptr<Coordinator> coordinator(
-      new Coordinator(std::move(membership), options.heartbeat_interval / 2));
+      new Coordinator(std::move(membership), std::move(options.region_nodes),
+                      std::move(regions), options.heartbeat_interval / 2));
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator->server_,
       CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
-                               options.heartbeat_interval));
+                               coordinator->regions_.get(), options.heartbeat_interval));
   coordinator->listen_host_ = ReachableHost(options.listen);
   coordinator->reaper_ = std::thread([c = coordinator.get()] { c->ReaperLoop(); });
   return coordinator;
 }
 
-Coordinator::Coordinator(std::unique_ptr<Membership> membership, absl::Duration reap_every)
-    : reap_every_(reap_every), membership_(std::move(membership)) {}
+Coordinator::Coordinator(std::unique_ptr<Membership> membership,
+                         std::unique_ptr<RegionNodes> region_nodes,
+                         std::unique_ptr<RegionTable> regions, absl::Duration reap_every)
+    : reap_every_(reap_every),
+      membership_(std::move(membership)),
+      region_nodes_(std::move(region_nodes)),
+      regions_(std::move(regions)) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 

@@ -115,11 +115,12 @@ struct CoordinatorClient::Rpc {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::Coordinator::Stub> stub;
 
-  // One unary call with the standard deadline; `call` invokes the stub.
+  // One unary call with `timeout` as its deadline; `call` invokes the stub.
   template <typename Reply, typename Call>
-  absl::StatusOr<Reply> Unary(absl::string_view what, const std::string& address, Call call) {
+  absl::StatusOr<Reply> Unary(absl::string_view what, const std::string& address, Call call,
+                              absl::Duration timeout = kCoordinatorRpcTimeout) {
     grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(kCoordinatorRpcTimeout));
+    context.set_deadline(DeadlineIn(timeout));
     Reply reply;
     MESHPOOL_RETURN_IF_ERROR(FromGrpc(call(&context, &reply),
                                       absl::StrCat(what, " at coordinator ", address)));
@@ -138,6 +139,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kChannelMaxReconnectMs);
+  args.SetMaxReceiveMessageSize(static_cast<int>(kMaxRegionInfoBytes));  // GetRegion
   auto rpc = std::make_unique<Rpc>();
   rpc->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   if (!rpc->channel->WaitForConnected(DeadlineIn(timeout))) {
@@ -192,6 +194,66 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::Wat
   }
   return std::unique_ptr<Watch>(
       std::make_unique<ClusterMapWatch>(rpc_->channel, known_epoch, std::move(on_map)));
+}
+
+absl::StatusOr<proto::RegionInfo> CoordinatorClient::CreateRegion(
+    const proto::CreateRegionRequest& request) {
+  return rpc_->Unary<proto::RegionInfo>(
+      "CreateRegion", address_,
+      [&](grpc::ClientContext* context, auto* reply) {
+        return rpc_->stub->CreateRegion(context, request, reply);
+      },
+      kCreateRegionTimeout);
+}
+
+absl::StatusOr<proto::RegionInfo> CoordinatorClient::GetRegion(absl::string_view name) {
+  proto::GetRegionRequest request;
+  request.set_name(std::string(name));
+  return rpc_->Unary<proto::RegionInfo>(
+      "GetRegion", address_, [&](grpc::ClientContext* context, auto* reply) {
+        return rpc_->stub->GetRegion(context, request, reply);
+      });
+}
+
+absl::Status CoordinatorClient::DeleteRegion(absl::string_view name) {
+  proto::DeleteRegionRequest request;
+  request.set_name(std::string(name));
+  return rpc_
+      ->Unary<proto::DeleteRegionReply>(
+          "DeleteRegion", address_,
+          [&](grpc::ClientContext* context, auto* reply) {
+            return rpc_->stub->DeleteRegion(context, request, reply);
+          })
+      .status();
+}
+
+absl::Status CoordinatorClient::RenameRegion(absl::string_view from, absl::string_view to,
+                                             bool replace) {
+  proto::RenameRegionRequest request;
+  request.set_from(std::string(from));
+  request.set_to(std::string(to));
+  request.set_replace(replace);
+  return rpc_
+      ->Unary<proto::RenameRegionReply>(
+          "RenameRegion", address_,
+          [&](grpc::ClientContext* context, auto* reply) {
+            return rpc_->stub->RenameRegion(context, request, reply);
+          })
+      .status();
+}
+
+absl::StatusOr<std::vector<proto::RegionInfo>> CoordinatorClient::ListRegions(
+    absl::string_view prefix) {
+  proto::ListRegionsRequest request;
+  request.set_prefix(std::string(prefix));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      proto::ListRegionsReply reply,
+      rpc_->Unary<proto::ListRegionsReply>(
+          "ListRegions", address_, [&](grpc::ClientContext* context, auto* reply) {
+            return rpc_->stub->ListRegions(context, request, reply);
+          }));
+  return std::vector<proto::RegionInfo>(std::make_move_iterator(reply.mutable_regions()->begin()),
+                                        std::make_move_iterator(reply.mutable_regions()->end()));
 }
 
 }  // namespace meshpool::placement

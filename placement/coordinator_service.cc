@@ -7,9 +7,9 @@
 
 namespace meshpool::placement {
 
-CoordinatorService::CoordinatorService(Membership* membership,
+CoordinatorService::CoordinatorService(Membership* membership, RegionTable* regions,
                                        absl::Duration heartbeat_interval)
-    : membership_(membership), heartbeat_interval_(heartbeat_interval) {}
+    : membership_(membership), regions_(regions), heartbeat_interval_(heartbeat_interval) {}
 
 grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
                                               const proto::RegisterNodeRequest* request,
@@ -73,10 +73,51 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
   }
 }
 
+grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
+                                              const proto::CreateRegionRequest* request,
+                                              proto::RegionInfo* reply) {
+  absl::StatusOr<proto::RegionInfo> info = regions_->Create(*request);
+  if (!info.ok()) return ToGrpc(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
+                                           const proto::GetRegionRequest* request,
+                                           proto::RegionInfo* reply) {
+  absl::StatusOr<proto::RegionInfo> info = regions_->Get(request->name());
+  if (!info.ok()) return ToGrpc(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::DeleteRegion(grpc::ServerContext* context,
+                                              const proto::DeleteRegionRequest* request,
+                                              proto::DeleteRegionReply* reply) {
+  return ToGrpc(regions_->Delete(request->name()));
+}
+
+grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
+                                              const proto::RenameRegionRequest* request,
+                                              proto::RenameRegionReply* reply) {
+  return ToGrpc(regions_->Rename(request->from(), request->to(), request->replace()));
+}
+
+grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
+                                             const proto::ListRegionsRequest* request,
+                                             proto::ListRegionsReply* reply) {
+  absl::StatusOr<std::vector<proto::RegionInfo>> regions = regions_->List(request->prefix());
+  if (!regions.ok()) return ToGrpc(regions.status());
+  for (proto::RegionInfo& info : *regions) *reply->add_regions() = std::move(info);
+  return grpc::Status::OK;
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const std::string& listen, Membership* membership, absl::Duration heartbeat_interval) {
-  auto service = std::make_unique<CoordinatorService>(membership, heartbeat_interval);
+    const std::string& listen, Membership* membership, RegionTable* regions,
+    absl::Duration heartbeat_interval) {
+  auto service = std::make_unique<CoordinatorService>(membership, regions, heartbeat_interval);
   grpc::ServerBuilder builder;
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxRegionInfoBytes));
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator on the same
   // port would silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -1,9 +1,10 @@
 // meshpool/placement: the gRPC face of the coordinator.
 //
 // CoordinatorService translates meshpool.proto.Coordinator calls into
-// Membership calls and absl::Status into grpc::Status (ToGrpc); it holds no
-// state of its own. CoordinatorServer owns a grpc::Server serving it.
-// Only this pair (and coordinator_client.cc) touch gRPC types in placement/.
+// Membership and RegionTable calls and absl::Status into grpc::Status
+// (ToGrpc); it holds no state of its own. CoordinatorServer owns a
+// grpc::Server serving it. Only this pair, coordinator_client.cc and
+// region_nodes_grpc.cc touch gRPC types in placement/.
 #ifndef MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
 #define MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
 
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "placement/membership.h"
+#include "placement/region_table.h"
 #include "proto/proto.h"
 
 namespace meshpool::placement {
@@ -24,8 +26,9 @@ inline constexpr absl::Duration kWatchCancelPollInterval = absl::Milliseconds(20
 // Thread-safe (gRPC calls it from its worker threads).
 class CoordinatorService final : public proto::Coordinator::Service {
  public:
-  // `membership` is not owned and must outlive the service.
-  CoordinatorService(Membership* membership, absl::Duration heartbeat_interval);
+  // `membership` and `regions` are not owned and must outlive the service.
+  CoordinatorService(Membership* membership, RegionTable* regions,
+                     absl::Duration heartbeat_interval);
 
   grpc::Status RegisterNode(grpc::ServerContext* context,
                             const proto::RegisterNodeRequest* request,
@@ -43,8 +46,24 @@ class CoordinatorService final : public proto::Coordinator::Service {
                                const proto::WatchClusterMapRequest* request,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override;
 
+  grpc::Status CreateRegion(grpc::ServerContext* context,
+                            const proto::CreateRegionRequest* request,
+                            proto::RegionInfo* reply) override;
+  grpc::Status GetRegion(grpc::ServerContext* context, const proto::GetRegionRequest* request,
+                         proto::RegionInfo* reply) override;
+  grpc::Status DeleteRegion(grpc::ServerContext* context,
+                            const proto::DeleteRegionRequest* request,
+                            proto::DeleteRegionReply* reply) override;
+  grpc::Status RenameRegion(grpc::ServerContext* context,
+                            const proto::RenameRegionRequest* request,
+                            proto::RenameRegionReply* reply) override;
+  grpc::Status ListRegions(grpc::ServerContext* context,
+                           const proto::ListRegionsRequest* request,
+                           proto::ListRegionsReply* reply) override;
+
  private:
   Membership* const membership_;
+  RegionTable* const regions_;
   const absl::Duration heartbeat_interval_;
 };
 
@@ -52,9 +71,11 @@ class CoordinatorService final : public proto::Coordinator::Service {
 class CoordinatorServer {
  public:
   // Binds `listen` (host:port, port 0 picks one). FailedPrecondition when it
-  // cannot bind. `membership` must outlive the server.
+  // cannot bind. `membership` and `regions` must outlive the server. Replies
+  // may be up to kMaxRegionInfoBytes (a large region's RegionInfo).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      const std::string& listen, Membership* membership, absl::Duration heartbeat_interval);
+      const std::string& listen, Membership* membership, RegionTable* regions,
+      absl::Duration heartbeat_interval);
   ~CoordinatorServer();  // Shutdown(absl::ZeroDuration()) if not done yet
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;

@@ -1,9 +1,11 @@
 #include "placement/coordinator_state.h"
 
+#include <map>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -68,7 +70,81 @@ class InMemoryCoordinatorState final : public CoordinatorState {
     return map_.epoch();
   }
 
+  absl::StatusOr<uint64_t> NextRegionId() override {
+    absl::MutexLock lock(&mu_);
+    return next_region_id_++;
+  }
+
+  absl::StatusOr<proto::RegionInfo> FindRegion(absl::string_view name) const override {
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.find(name);
+    if (it == regions_.end()) return UnknownRegion(name);
+    return it->second;
+  }
+
+  absl::Status PutRegion(const proto::RegionInfo& info) override {
+    if (info.name().empty()) {
+      return absl::InvalidArgumentError("PutRegion: the region has no name; name it first");
+    }
+    absl::MutexLock lock(&mu_);
+    regions_[info.name()] = info;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<proto::RegionInfo> RemoveRegion(absl::string_view name) override {
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.find(name);
+    if (it == regions_.end()) return UnknownRegion(name);
+    proto::RegionInfo removed = std::move(it->second);
+    regions_.erase(it);
+    return removed;
+  }
+
+  absl::StatusOr<std::optional<proto::RegionInfo>> RenameRegion(absl::string_view from,
+                                                                absl::string_view to,
+                                                                bool replace) override {
+    if (to.empty()) {
+      return absl::InvalidArgumentError("RenameRegion: the new name is empty; give one");
+    }
+    absl::MutexLock lock(&mu_);
+    auto source = regions_.find(from);
+    if (source == regions_.end()) return UnknownRegion(from);
+    if (from == to) return std::nullopt;
+    std::optional<proto::RegionInfo> replaced;
+    auto target = regions_.find(to);
+    if (target != regions_.end()) {
+      if (!replace) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "a region named '", to, "' exists; pick another name, delete it first, or "
+            "rename with replace"));
+      }
+      replaced = std::move(target->second);
+      regions_.erase(target);
+    }
+    proto::RegionInfo moved = std::move(source->second);
+    regions_.erase(source);
+    moved.set_name(std::string(to));
+    regions_.emplace(std::string(to), std::move(moved));
+    return replaced;
+  }
+
+  absl::StatusOr<std::vector<proto::RegionInfo>> ListRegions(
+      absl::string_view prefix) const override {
+    absl::MutexLock lock(&mu_);
+    std::vector<proto::RegionInfo> found;
+    for (auto it = regions_.lower_bound(prefix);
+         it != regions_.end() && absl::StartsWith(it->first, prefix); ++it) {
+      found.push_back(it->second);
+    }
+    return found;
+  }
+
  private:
+  static absl::Status UnknownRegion(absl::string_view name) {
+    return absl::NotFoundError(
+        absl::StrCat("no region named '", name, "'; ListRegions shows the existing ones"));
+  }
+
   static absl::Status UnknownNode(absl::string_view node_id) {
     return absl::NotFoundError(
         absl::StrCat("node '", node_id, "' is not in the cluster map; register it first"));
@@ -90,6 +166,9 @@ class InMemoryCoordinatorState final : public CoordinatorState {
 
   mutable absl::Mutex mu_;
   proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
+  // By name; std::less<> so string_view lookups need no copy.
+  std::map<std::string, proto::RegionInfo, std::less<>> regions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_region_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace

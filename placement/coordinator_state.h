@@ -2,16 +2,19 @@
 // membership and the cluster map.
 //
 // The state is the cluster map (proto::ClusterMap: an epoch and one NodeEntry
-// per node ever registered) and nothing else, so a durable implementation can
-// store it as that one proto message (a file now, etcd later). Every method
-// hands out copies; no pointer into the state ever leaves it.
+// per node ever registered), the region table (one proto::RegionInfo per
+// region, keyed by name) and the next region id, and nothing else, so a
+// durable implementation can store it as proto messages and one counter (a
+// file now, etcd later). Every method hands out copies; no pointer into the
+// state ever leaves it.
 //
 // Durable fields are the epoch, each entry's info and state. The liveness
 // fields (last_heartbeat_unix_ms, stats) change on every heartbeat; a durable
 // implementation may keep them in memory only and need not persist them.
 //
-// The rules (who may register, when a node is dead) live above this, in
-// Membership; the state only stores. Implementations are thread-safe and each
+// The rules (who may register, when a node is dead; how regions are named,
+// placed and freed) live above this, in Membership and RegionTable; the
+// state only stores. Implementations are thread-safe and each
 // method is atomic on its own; callers that read, decide and write serialise
 // those sequences themselves (Membership holds one lock around them).
 #ifndef MESHPOOL_PLACEMENT_COORDINATOR_STATE_H_
@@ -19,6 +22,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,10 +61,39 @@ class CoordinatorState {
   // Bumps the epoch with no other change (makes every watcher refetch).
   // Returns the new epoch.
   virtual absl::StatusOr<uint64_t> BumpEpoch() = 0;
+
+  // ---- Regions (no epoch bump: regions are not part of the map). ----
+
+  // A fresh region id: 1, 2, ... in order, never handed out twice (even for
+  // regions deleted since, or creates that failed).
+  virtual absl::StatusOr<uint64_t> NextRegionId() = 0;
+
+  // A copy of the region named `name`; NotFound if none.
+  virtual absl::StatusOr<proto::RegionInfo> FindRegion(absl::string_view name) const = 0;
+
+  // Inserts `info`, or replaces the region with the same name.
+  // REQUIRES: info.name() is not empty (else InvalidArgument).
+  virtual absl::Status PutRegion(const proto::RegionInfo& info) = 0;
+
+  // Removes the region named `name` and returns it; NotFound if none.
+  virtual absl::StatusOr<proto::RegionInfo> RemoveRegion(absl::string_view name) = 0;
+
+  // In one atomic step, renames region `from` to `to` (its name field
+  // follows). If a region named `to` exists it is removed and returned when
+  // `replace`, else AlreadyExists; NotFound when `from` does not exist.
+  // Renaming a region to its own name changes nothing (and replaces
+  // nothing). REQUIRES: `to` is not empty (else InvalidArgument).
+  virtual absl::StatusOr<std::optional<proto::RegionInfo>> RenameRegion(absl::string_view from,
+                                                                        absl::string_view to,
+                                                                        bool replace) = 0;
+
+  // Copies of the regions whose name starts with `prefix`, sorted by name.
+  virtual absl::StatusOr<std::vector<proto::RegionInfo>> ListRegions(
+      absl::string_view prefix) const = 0;
 };
 
-// The in-memory state, starting from `initial` (default: epoch 0, no nodes).
-// Lost when the process exits.
+// The in-memory state, starting from `initial` (default: epoch 0, no nodes)
+// with no regions. Lost when the process exits.
 std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(
     proto::ClusterMap initial = proto::ClusterMap());
 

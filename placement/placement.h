@@ -6,6 +6,8 @@
 //  * Coordinator: the control-plane server (gRPC service
 //    meshpool.proto.Coordinator): node membership, the cluster map and its
 //    epoch, heartbeats, failure detection, map watch streams. Thread-safe.
+//    It also keeps the region table (placement/region_table.h has the
+//    rules): named memory striped across the nodes.
 //  * CoordinatorClient: a thin client of that service. Thread-safe.
 //
 // Membership rules (the Coordinator enforces them):
@@ -36,7 +38,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "absl/strings/string_view.h"
 #include "placement/coordinator_state.h"
+#include "placement/region_table.h"
 #include "proto/meshpool.pb.h"
 
 namespace meshpool::placement {
@@ -69,10 +73,14 @@ struct CoordinatorOptions {
   absl::Duration dead_after = absl::Seconds(3);  // no heartbeat this long -> NODE_DEAD
   std::function<absl::Time()> clock;             // null -> absl::Now
   std::unique_ptr<CoordinatorState> state;       // null -> in-memory state
+  // How the region table reaches memory nodes; null -> gRPC to each node's
+  // control address (tests pass a fake).
+  std::unique_ptr<RegionNodes> region_nodes;
 };
 
 class Membership;
 class CoordinatorServer;
+class RegionTable;
 
 // The coordinator server. Thread-safe. A background reaper thread, woken
 // every heartbeat_interval/2, declares silent nodes dead (time read from
@@ -106,7 +114,8 @@ class Coordinator {
 
  private:
   friend class CoordinatorTestPeer;
-  Coordinator(std::unique_ptr<Membership> membership, absl::Duration reap_every);
+  Coordinator(std::unique_ptr<Membership> membership, std::unique_ptr<RegionNodes> region_nodes,
+              std::unique_ptr<RegionTable> regions, absl::Duration reap_every);
 
   // Declares nodes silent for dead_after dead, now. Returns how many.
   absl::StatusOr<int> Reap();
@@ -115,8 +124,11 @@ class Coordinator {
   const absl::Duration reap_every_;
   std::string listen_host_;
   // Teardown order: the reaper and server stop (in Shutdown) before the
-  // membership they use is destroyed.
+  // region table and membership they use are destroyed; the table uses the
+  // membership's state and the region nodes.
   std::unique_ptr<Membership> membership_;
+  std::unique_ptr<RegionNodes> region_nodes_;
+  std::unique_ptr<RegionTable> regions_;
   std::unique_ptr<CoordinatorServer> server_;
   absl::Mutex reaper_mu_;
   bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
@@ -168,6 +180,18 @@ class CoordinatorClient {
   absl::StatusOr<std::unique_ptr<Watch>> WatchClusterMap(
       uint64_t known_epoch, std::function<void(const proto::ClusterMap&)> on_map);
 
+  // ---- Regions (rules and error codes: RegionTable in region_table.h) ----
+  // Creating allocates and zero-fills memory on the nodes, so this call's
+  // deadline is kCreateRegionTimeout, not kCoordinatorRpcTimeout; a create
+  // that times out on the client may still complete (GetRegion shows it).
+  absl::StatusOr<proto::RegionInfo> CreateRegion(const proto::CreateRegionRequest& request);
+  // NotFound when absent.
+  absl::StatusOr<proto::RegionInfo> GetRegion(absl::string_view name);
+  absl::Status DeleteRegion(absl::string_view name);
+  absl::Status RenameRegion(absl::string_view from, absl::string_view to, bool replace);
+  // Sorted by name; without slab_offsets and stripe_extents.
+  absl::StatusOr<std::vector<proto::RegionInfo>> ListRegions(absl::string_view prefix);
+
  private:
   struct Rpc;  // the gRPC channel and stub (coordinator_client.cc)
   CoordinatorClient(std::string address, std::unique_ptr<Rpc> rpc);
@@ -176,8 +200,14 @@ class CoordinatorClient {
   std::unique_ptr<Rpc> rpc_;
 };
 
-// The deadline of every unary CoordinatorClient call.
+// The deadline of every unary CoordinatorClient call but CreateRegion.
 inline constexpr absl::Duration kCoordinatorRpcTimeout = absl::Seconds(3);
+// CreateRegion's deadline: a stats round and an allocation round (which
+// zero-fills the region's memory) on the nodes, with room to spare.
+inline constexpr absl::Duration kCreateRegionTimeout = absl::Seconds(60);
+// (absl's Duration arithmetic is not constexpr here: 60 s > 3 s + 45 s.)
+static_assert(kCreateRegionTimeout > kNodeAllocateTimeout &&
+              kCreateRegionTimeout > kNodeStatsTimeout);
 
 }  // namespace meshpool::placement
 

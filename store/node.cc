@@ -190,10 +190,14 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("NodeOptions: ", layout.status().message()));
   }
+  // Faulted in now, so region creation and first writes (TCP and sim serve
+  // them on the data path) never pay page faults. Verbs registration would
+  // fault the pages in anyway; it then finds them present.
   MESHPOOL_ASSIGN_OR_RETURN(
-      Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages));
+      Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages,
+                              /*populate=*/true));
   Log(absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
-                   PageKindName(pool.page_kind())));
+                   PageKindName(pool.page_kind()), ", faulted in"));
   std::unique_ptr<NodeImpl> node(
       new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
   WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);
@@ -223,6 +227,7 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
                             transport_->Listen(options_.transport_bind));
   NodeServiceDeps deps;
   deps.slabs = slabs_.get();
+  deps.pool = pool_.data();
   deps.transport = transport_.get();
   deps.incarnation = incarnation_;
   deps.stats = [this] { return Stats(); };
@@ -323,15 +328,21 @@ void NodeImpl::HeartbeatLoop() {
 // A pass reads the whole index: the node's only recurring work. It runs
 // every reclaim_interval while there is reclamation to do (clients asked for
 // slabs since the last pass — granted or refused for want of free ones —,
-// sealed slabs waiting out their grace, slabs just freed) and backs off,
+// regions freed, sealed slabs waiting out their grace, slabs just freed)
+// and backs off,
 // doubling up to kIdleReclaimFactor times that, while passes find nothing:
 // an idle or read-only node then costs next to no CPU.
 void NodeImpl::ReclaimLoop() {
   absl::Duration interval = options_.reclaim_interval;
-  uint64_t requests = slabs_->Counts().grant_requests;
+  // Grant requests and freed regions since the last pass mean work.
+  auto activity = [this] {
+    SlabCounts c = slabs_->Counts();
+    return c.grant_requests + c.regions_freed;
+  };
+  uint64_t requests = activity();
   while (!WaitForStop(interval)) {
     ReclaimPass pass = slabs_->Reclaim();
-    uint64_t now_requests = slabs_->Counts().grant_requests;
+    uint64_t now_requests = activity();
     bool busy =
         pass.freed > 0 || pass.candidates > 0 || now_requests != requests;
     requests = now_requests;
@@ -351,6 +362,7 @@ proto::NodeStats NodeImpl::Stats() const {
   s.set_slabs_free(c.free);
   s.set_slabs_granted(c.granted);
   s.set_slabs_sealed(c.sealed);
+  s.set_slabs_region(c.region);
   s.set_slabs_reclaimed(c.reclaimed);
   s.set_index_slots(c.index_slots);
   return s;

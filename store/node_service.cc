@@ -1,10 +1,15 @@
 #include "store/node_service.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/common.h"
+#include "placement/region_layout.h"
 #include "proto/proto.h"
+#include "store/store.h"
+#include "xxhash.h"
 
 namespace meshpool::store {
 
@@ -15,12 +20,8 @@ class NodeServiceImpl final : public proto::Node::Service {
   grpc::Status GrantSlab(grpc::ServerContext*,
                          const proto::GrantSlabRequest* request,
                          proto::GrantSlabReply* reply) override {
-    if (request->incarnation() != deps_.incarnation) {
-      return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
-          "node restarted; refresh the cluster map (request names "
-          "incarnation ",
-          request->incarnation(), ", this node is ", deps_.incarnation, ")")));
-    }
+    absl::Status same = SameIncarnation(request->incarnation());
+    if (!same.ok()) return ToGrpc(same);
     absl::StatusOr<SlabGrant> grant = deps_.slabs->Grant(request->client_id());
     if (!grant.ok()) return ToGrpc(grant.status());
     reply->set_slab(grant->slab);
@@ -60,15 +61,102 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status AllocateRegion(grpc::ServerContext*,
+                              const proto::AllocateRegionRequest* request,
+                              proto::AllocateRegionReply* reply) override {
+    absl::StatusOr<uint64_t> slabs = RegionSlabs(*request);
+    if (!slabs.ok()) return ToGrpc(slabs.status());
+    absl::StatusOr<std::vector<uint64_t>> taken =
+        deps_.slabs->AllocateRegion(request->region_id(), *slabs);
+    if (!taken.ok()) return ToGrpc(taken.status());
+    const PoolLayout& layout = deps_.slabs->layout();
+    reply->set_slab_bytes(layout.slab_bytes);
+    for (uint64_t slab : *taken)
+      reply->add_slab_offsets(layout.slab_offset(slab));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FreeRegion(grpc::ServerContext*,
+                          const proto::FreeRegionRequest* request,
+                          proto::FreeRegionReply*) override {
+    absl::Status same = SameIncarnation(request->incarnation());
+    if (!same.ok()) return ToGrpc(same);
+    deps_.slabs->FreeRegion(request->region_id());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DigestRanges(grpc::ServerContext*,
+                            const proto::DigestRangesRequest* request,
+                            proto::DigestRangesReply* reply) override {
+    absl::Status checked = CheckDigestRanges(*request);
+    if (!checked.ok()) return ToGrpc(checked);
+    for (const proto::DigestRange& range : request->ranges()) {
+      reply->add_digests(
+          XXH3_64bits(deps_.pool + range.offset(), range.length()));
+    }
+    return grpc::Status::OK;
+  }
+
  private:
+  // A digest racing FreeRegion reads the old bytes: freed slabs are reused
+  // only a grace (>= 500 ms) later, longer than kMaxDigestBytes takes.
+  absl::Status CheckDigestRanges(
+      const proto::DigestRangesRequest& request) const {
+    MESHPOOL_RETURN_IF_ERROR(SameIncarnation(request.incarnation()));
+    uint64_t total = 0;
+    for (const proto::DigestRange& range : request.ranges()) {
+      MESHPOOL_RETURN_IF_ERROR(
+          deps_.slabs->CheckRegionRange(range.offset(), range.length()));
+      total += range.length();  // each inside the pool: no overflow
+      if (total > kMaxDigestBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DigestRanges asks for more than ", FormatSize(kMaxDigestBytes),
+            " (", request.ranges_size(),
+            " ranges); split the ranges over several calls"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SameIncarnation(uint64_t incarnation) const {
+    if (incarnation == deps_.incarnation) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node restarted; refresh the cluster map (request names "
+        "incarnation ",
+        incarnation, ", this node is ", deps_.incarnation, ")"));
+  }
+
+  // Slabs an AllocateRegion request needs, after checking it.
+  absl::StatusOr<uint64_t> RegionSlabs(
+      const proto::AllocateRegionRequest& request) const {
+    MESHPOOL_RETURN_IF_ERROR(SameIncarnation(request.incarnation()));
+    const uint64_t slab_bytes = deps_.slabs->layout().slab_bytes;
+    const uint64_t stripe = request.stripe_bytes();
+    if (stripe == 0 || stripe % placement::kStripeAlign != 0 ||
+        stripe > slab_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stripe_bytes ", stripe, " must be a positive multiple of ",
+          placement::kStripeAlign, " and at most this node's slab size (",
+          slab_bytes, ")"));
+    }
+    if (request.stripes() == 0) {
+      return absl::InvalidArgumentError(
+          "AllocateRegion asks for 0 stripes; ask for 1 or more");
+    }
+    const uint64_t per_slab = slab_bytes / stripe;
+    return request.stripes() / per_slab + (request.stripes() % per_slab != 0);
+  }
+
   const NodeServiceDeps deps_;
 };
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(
     absl::string_view listen, NodeServiceDeps deps) {
-  if (deps.slabs == nullptr || deps.transport == nullptr || !deps.stats) {
+  if (deps.slabs == nullptr || deps.pool == nullptr ||
+      deps.transport == nullptr || !deps.stats) {
     return absl::InvalidArgumentError(
-        "NodeServer needs a slab manager, a transport and a stats source");
+        "NodeServer needs a slab manager, its pool, a transport and a stats "
+        "source");
   }
   size_t colon = listen.rfind(':');
   if (colon == absl::string_view::npos) {

@@ -1,9 +1,25 @@
 // meshpool/store/node_service.h: the node's control-plane endpoint, the gRPC
-// service meshpool.proto.Node (GrantSlab, ReleaseSlab, Handshake, GetStats).
+// service meshpool.proto.Node (GrantSlab, ReleaseSlab, Handshake, GetStats,
+// and AllocateRegion / FreeRegion for the coordinator).
 //
 // A thin translation layer: requests go to the SlabManager and the
 // Transport, statuses convert with proto/proto.h. It never touches values:
 // clients read and write the pool one-sidedly through the transport.
+//
+// Region calls: a request naming another incarnation is FailedPrecondition
+// ("node restarted"). AllocateRegion needs stripe_bytes a positive multiple
+// of placement::kStripeAlign, at most the slab size, and stripes > 0
+// (InvalidArgument otherwise); it takes ceil(stripes / (slab_bytes /
+// stripe_bytes)) slabs (SlabManager::AllocateRegion has the other codes)
+// and answers the slab size and the slabs' pool offsets in order.
+// FreeRegion of a region this node does not hold is OK.
+//
+// DigestRanges answers the XXH3-64 of each range, in order, computed on the
+// calling gRPC thread. Errors: FailedPrecondition (another incarnation),
+// InvalidArgument (a range that is not inside one slab of a region, see
+// SlabManager::CheckRegionRange, or more than kMaxDigestBytes in all). The
+// node never digests objects or free memory, and does this work only when
+// asked, never per GET or PUT.
 //
 // Thread-safety: NodeServer is thread-safe; gRPC calls arrive on its threads.
 #ifndef MESHPOOL_STORE_NODE_SERVICE_H_
@@ -33,8 +49,9 @@ class NodeServiceImpl;  // node_service.cc
 // What the service serves. Every pointer must outlive the NodeServer.
 struct NodeServiceDeps {
   SlabManager* slabs = nullptr;
+  const char* pool = nullptr;  // the pool slabs->layout() describes
   rdma::Transport* transport = nullptr;
-  uint64_t incarnation = 0;  // GrantSlab requests must name it
+  uint64_t incarnation = 0;  // GrantSlab and region requests must name it
   std::function<proto::NodeStats()> stats;
 };
 

@@ -1,6 +1,7 @@
 #include "store/pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <utility>
@@ -22,12 +23,31 @@ absl::string_view PageKindName(PageKind kind) {
   return "unknown";
 }
 
-absl::StatusOr<Pool> Pool::Create(uint64_t bytes, bool huge_pages) {
-  return CreateWith(bytes, huge_pages, &::mmap);
+absl::StatusOr<Pool> Pool::Create(uint64_t bytes, bool huge_pages,
+                                  bool populate) {
+  return CreateWith(bytes, huge_pages, populate, &::mmap);
+}
+
+absl::Status Pool::Populate(char* p, uint64_t bytes, bool use_madvise) {
+  if (use_madvise && ::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) {
+    return absl::OkStatus();
+  }
+  if (use_madvise && errno != EINVAL) {  // EINVAL: kernel older than 5.14
+    return ErrnoToStatus(errno,
+                         absl::StrCat("faulting in a ", FormatSize(bytes),
+                                      " pool (lower the capacity)"));
+  }
+  // Writing a zero over a zero keeps the contents and faults the page in
+  // (reading would map the shared zero page instead).
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (uint64_t off = 0; off < bytes; off += page) {
+    reinterpret_cast<volatile char*>(p)[off] = 0;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Pool> Pool::CreateWith(uint64_t bytes, bool huge_pages,
-                                      MapFn map) {
+                                      bool populate, MapFn map) {
   if (bytes == 0) {
     return absl::InvalidArgumentError("pool size is 0; give a capacity > 0");
   }
@@ -39,7 +59,9 @@ absl::StatusOr<Pool> Pool::CreateWith(uint64_t bytes, bool huge_pages,
   if (huge_pages && bytes % kHugePageBytes == 0) {
     void* p = map(nullptr, bytes, kProt, kFlags | MAP_HUGETLB, -1, 0);
     if (p != MAP_FAILED) {
-      return Pool(static_cast<char*>(p), bytes, PageKind::kHugeTlb);
+      Pool pool(static_cast<char*>(p), bytes, PageKind::kHugeTlb);
+      if (populate) MESHPOOL_RETURN_IF_ERROR(Populate(pool.data_, bytes, true));
+      return pool;
     }
   }
   void* p = map(nullptr, bytes, kProt, kFlags, -1, 0);
@@ -51,7 +73,9 @@ absl::StatusOr<Pool> Pool::CreateWith(uint64_t bytes, bool huge_pages,
   if (huge_pages && ::madvise(p, bytes, MADV_HUGEPAGE) == 0) {
     kind = PageKind::kTransparentHuge;
   }
-  return Pool(static_cast<char*>(p), bytes, kind);
+  Pool pool(static_cast<char*>(p), bytes, kind);  // unmaps on error
+  if (populate) MESHPOOL_RETURN_IF_ERROR(Populate(pool.data_, bytes, true));
+  return pool;
 }
 
 Pool::Pool(Pool&& other) noexcept

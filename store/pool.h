@@ -5,7 +5,10 @@
 // to and the size is a multiple of 2 MiB; when the kernel has none reserved it
 // falls back to normal pages advised as transparent huge pages
 // (MADV_HUGEPAGE), and records which it got so the node can log it.
-// The memory starts zeroed.
+// The memory starts zeroed. With `populate`, every page is faulted in (and
+// so backed by memory) before Create returns: after the huge-page advice, so
+// transparent huge pages still apply (MADV_POPULATE_WRITE; on kernels
+// without it, one write per page).
 //
 // Thread-safety: a Pool is immutable after Create; its accessors may be
 // called from any thread. The bytes themselves are shared memory: whoever
@@ -37,10 +40,13 @@ absl::string_view PageKindName(PageKind kind);
 
 class Pool {
  public:
-  // Maps `bytes` of zeroed, private, anonymous memory.
+  // Maps `bytes` of zeroed, private, anonymous memory; with `populate`,
+  // faults all of it in first (takes about a second per 10 GiB).
   // Errors: InvalidArgument (bytes == 0), ResourceExhausted (the kernel
-  // refused the mapping: lower the capacity or raise the memory limit).
-  static absl::StatusOr<Pool> Create(uint64_t bytes, bool huge_pages);
+  // refused the mapping or could not back it: lower the capacity or raise
+  // the memory limit).
+  static absl::StatusOr<Pool> Create(uint64_t bytes, bool huge_pages,
+                                     bool populate = false);
 
   Pool(Pool&& other) noexcept;
   Pool& operator=(Pool&& other) noexcept;
@@ -58,7 +64,10 @@ class Pool {
   // Signature of ::mmap, injectable so tests can make MAP_HUGETLB fail.
   using MapFn = void* (*)(void*, size_t, int, int, int, off_t);
   static absl::StatusOr<Pool> CreateWith(uint64_t bytes, bool huge_pages,
-                                         MapFn map);
+                                         bool populate, MapFn map);
+  // Faults [p, p + bytes) in writable; `use_madvise` false goes straight to
+  // the one-write-per-page fallback (tests). REQUIRES: zeroed memory.
+  static absl::Status Populate(char* p, uint64_t bytes, bool use_madvise);
 
   Pool(char* data, uint64_t size, PageKind kind)
       : data_(data), size_(size), kind_(kind) {}

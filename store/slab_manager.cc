@@ -1,6 +1,7 @@
 #include "store/slab_manager.h"
 
 #include <atomic>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,8 @@ absl::string_view SlabStateName(SlabState state) {
       return "GRANTED";
     case SlabState::kSealed:
       return "SEALED";
+    case SlabState::kRegion:
+      return "REGION";
   }
   return "UNKNOWN";
 }
@@ -49,14 +52,14 @@ absl::StatusOr<std::unique_ptr<SlabManager>> SlabManager::Create(
   MESHPOOL_RETURN_IF_ERROR(
       CheckLease("max read lease", options.max_read_lease));
   if (!options.clock) options.clock = [] { return absl::Now(); };
-  auto* index =
-      reinterpret_cast<uint64_t*>(static_cast<char*>(pool) + l.index_offset);
   return std::unique_ptr<SlabManager>(
-      new SlabManager(std::move(options), index));
+      new SlabManager(std::move(options), static_cast<char*>(pool)));
 }
 
-SlabManager::SlabManager(SlabManagerOptions options, uint64_t* index)
-    : options_(std::move(options)), index_(index) {
+SlabManager::SlabManager(SlabManagerOptions options, char* pool)
+    : options_(std::move(options)),
+      pool_(pool),
+      index_(reinterpret_cast<uint64_t*>(pool + options_.layout.index_offset)) {
   slabs_.resize(options_.layout.slab_count);
   for (uint64_t s = 0; s < options_.layout.slab_count; ++s) free_.push_back(s);
 }
@@ -74,16 +77,22 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   // sealed slab cannot be granted before reclamation frees it anyway.
   if (free_.empty()) {
     uint64_t granted = 0;
-    for (const Slab& s : slabs_) granted += s.state == SlabState::kGranted;
+    uint64_t region = 0;
+    for (const Slab& s : slabs_) {
+      granted += s.state == SlabState::kGranted;
+      region += s.state == SlabState::kRegion;
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "pool full: all ", slabs_.size(), " slabs hold live objects (",
-        granted, " leased to writers, ", slabs_.size() - granted,
-        " sealed); delete keys or add capacity"));
+        "pool full: all ", slabs_.size(), " slabs are in use (", granted,
+        " leased to writers, ", slabs_.size() - granted - region,
+        " sealed, holding objects, ", region,
+        " held by regions); delete keys or regions, or add capacity"));
   }
   uint64_t id = free_.front();
   free_.pop_front();
   Slab& slab = slabs_[id];
   slab.state = SlabState::kGranted;
+  slab.written = true;
   ++grants_;
   slab.client = std::string(client_id);
   slab.lease_end = now + options_.lease + kLeaseMargin;
@@ -113,7 +122,100 @@ absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
 void SlabManager::SealLocked(Slab& slab) {
   slab.state = SlabState::kSealed;
   slab.client.clear();
+  slab.region_id = 0;
   slab.unreferenced_since = absl::InfiniteFuture();
+}
+
+absl::StatusOr<std::vector<uint64_t>> SlabManager::AllocateRegion(
+    uint64_t region_id, uint64_t slabs) {
+  MESHPOOL_ASSIGN_OR_RETURN(std::vector<uint64_t> taken,
+                            ReserveRegion(region_id, slabs));
+  MESHPOOL_RETURN_IF_ERROR(ZeroRegion(region_id, taken));
+  return taken;
+}
+
+absl::StatusOr<std::vector<uint64_t>> SlabManager::ReserveRegion(
+    uint64_t region_id, uint64_t slabs) {
+  if (slabs == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region ", region_id, " asks for 0 slabs; ask for 1 or more"));
+  }
+  std::vector<uint64_t> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = regions_.find(region_id); it != regions_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "region ", region_id, " already has ", it->second.slabs.size(),
+          " slabs on this node; free it before allocating again"));
+    }
+    if (slabs > free_.size()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "region ", region_id, " needs ", slabs, " free slabs of ",
+          FormatSize(options_.layout.slab_bytes), " and this node has ",
+          free_.size(), " of ", slabs_.size(),
+          " free; delete keys or regions, or add capacity"));
+    }
+    taken.assign(free_.begin(), free_.begin() + slabs);
+    free_.erase(free_.begin(), free_.begin() + slabs);
+    for (uint64_t id : taken) {
+      Slab& s = slabs_[id];
+      s.state = SlabState::kRegion;
+      s.region_id = region_id;
+      s.client.clear();
+      s.unreferenced_since = absl::InfiniteFuture();
+    }
+    regions_[region_id].slabs = taken;
+  }
+  return taken;
+}
+
+absl::Status SlabManager::ZeroRegion(uint64_t region_id,
+                                     const std::vector<uint64_t>& taken) {
+  // Only slabs that may have been written need clearing; all of them count
+  // as written from now on (the region's owner writes them).
+  std::vector<uint64_t> dirty;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : taken) {
+      if (slabs_[id].written) dirty.push_back(id);
+      slabs_[id].written = true;
+    }
+    zeroed_bytes_ += dirty.size() * options_.layout.slab_bytes;
+  }
+  // Outside the lock: no client has these addresses until the coordinator
+  // records the region, and earlier readers of the slabs finished within
+  // their grace before reclamation freed them. The slabs stay REGION (out
+  // of reclamation's reach) until this is done, even if freed meanwhile.
+  for (uint64_t id : dirty) {
+    std::memset(pool_ + options_.layout.slab_offset(id), 0,
+                options_.layout.slab_bytes);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end() || it->second.freed) {
+    for (uint64_t id : taken) SealLocked(slabs_[id]);
+    if (it != regions_.end()) regions_.erase(it);
+    return absl::AbortedError(absl::StrCat(
+        "region ", region_id, " was freed while its memory was being "
+        "cleared; create the region again"));
+  }
+  it->second.zeroing = false;
+  return absl::OkStatus();
+}
+
+uint64_t SlabManager::FreeRegion(uint64_t region_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end() || it->second.freed) return 0;
+  const uint64_t held = it->second.slabs.size();
+  ++regions_freed_;
+  if (it->second.zeroing) {
+    it->second.freed = true;  // AllocateRegion seals them when done
+    return held;
+  }
+  for (uint64_t id : it->second.slabs) SealLocked(slabs_[id]);
+  regions_.erase(it);
+  return held;
 }
 
 void SlabManager::SealExpiredLocked(absl::Time now) {
@@ -182,6 +284,38 @@ ReclaimPass SlabManager::Reclaim() {
   return pass;
 }
 
+absl::Status SlabManager::CheckRegionRange(uint64_t offset,
+                                           uint64_t length) const {
+  const PoolLayout& l = options_.layout;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("range [", offset, ", +", length, ") ", why,
+                     "; digest only ranges inside one slab of a region"));
+  };
+  if (length == 0) return bad("is empty");
+  if (offset < l.slab_area_offset || offset > l.pool_bytes ||
+      length > l.pool_bytes - offset) {
+    return bad("is outside this node's slab area");
+  }
+  const uint64_t slab = l.slab_of(offset);
+  if (slab >= l.slab_count || l.slab_of(offset + length - 1) != slab) {
+    return bad(slab >= l.slab_count ? "is past the last slab"
+                                    : "crosses a slab boundary");
+  }
+  absl::MutexLock lock(&mu_);
+  const Slab& s = slabs_[slab];
+  if (s.state != SlabState::kRegion) {
+    return bad(absl::StrCat("lies in slab ", slab, ", which is ",
+                            SlabStateName(s.state), ", not held by a region"));
+  }
+  auto it = regions_.find(s.region_id);
+  if (it == regions_.end() || it->second.zeroing) {
+    return bad(absl::StrCat("lies in slab ", slab,
+                            ", whose region is still being created"));
+  }
+  return absl::OkStatus();
+}
+
 SlabCounts SlabManager::Counts() const {
   absl::MutexLock lock(&mu_);
   SlabCounts c;
@@ -190,6 +324,7 @@ SlabCounts SlabManager::Counts() const {
     c.free += s.state == SlabState::kFree;
     c.granted += s.state == SlabState::kGranted;
     c.sealed += s.state == SlabState::kSealed;
+    c.region += s.state == SlabState::kRegion;
   }
   // A lease past its end still counts as granted until the next Reclaim
   // pass seals it.
@@ -198,7 +333,9 @@ SlabCounts SlabManager::Counts() const {
   c.grant_requests = grant_requests_;
   c.objects = objects_;
   c.index_slots = options_.layout.bucket_count * kSlotsPerBucket;
-  c.used_bytes = (c.granted + c.sealed) * options_.layout.slab_bytes;
+  c.used_bytes = (c.granted + c.sealed + c.region) * options_.layout.slab_bytes;
+  c.regions_freed = regions_freed_;
+  c.zeroed_bytes = zeroed_bytes_;
   return c;
 }
 

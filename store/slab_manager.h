@@ -7,7 +7,21 @@
 //   FREE --Grant--> GRANTED(client, lease end) --lease over / Release-->
 //   SEALED --Reclaim, twice unreferenced, grace apart--> FREE
 //
-// and only reclamation makes a slab FREE again. A slab holds objects whose
+// and, for regions (named memory the coordinator places; hard-pinned),
+//
+//   FREE --AllocateRegion (zero-filled)--> REGION(id) --FreeRegion--> SEALED
+//
+// Zero-filling costs only slabs that may hold bytes: the pool starts zeroed
+// (a fresh anonymous mapping), and a slab counts as possibly written from
+// the first time it is granted or given to a region on. A slab that never
+// was is handed to a region as it is (SlabCounts::zeroed_bytes counts what
+// was cleared).
+//
+// and only reclamation makes a slab FREE again. A REGION slab is never
+// granted, never sealed by a lease and never reclaimed; once its region is
+// freed it is an ordinary SEALED slab that no index slot points into, so it
+// becomes FREE after the grace like any other (a region reader in flight
+// finishes within max_read_lease). A slab holds objects whose
 // index slots may still point at it, so a SEALED slab is freed only when no
 // index slot references it at two reclamation passes at least `grace` apart;
 // a reader that fetched a slot before it changed finishes within
@@ -28,6 +42,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +76,7 @@ static_assert(kReclaimMargin > absl::ZeroDuration());
 static_assert(kDefaultSlabLease <= kMaxLease &&
               kDefaultMaxReadLease <= kMaxLease);
 
-enum class SlabState { kFree, kGranted, kSealed };
+enum class SlabState { kFree, kGranted, kSealed, kRegion };
 absl::string_view SlabStateName(SlabState state);
 
 struct SlabManagerOptions {
@@ -84,12 +99,15 @@ struct SlabCounts {
   uint64_t free = 0;
   uint64_t granted = 0;
   uint64_t sealed = 0;
+  uint64_t region = 0;         // held by regions
   uint64_t reclaimed = 0;      // made FREE again since Create
   uint64_t grants = 0;         // leases granted since Create
   uint64_t grant_requests = 0;  // Grant calls since Create, granted or not
   uint64_t objects = 0;        // occupied index slots at the last pass
   uint64_t index_slots = 0;
   uint64_t used_bytes = 0;     // bytes of slabs that are not FREE
+  uint64_t regions_freed = 0;  // FreeRegion calls that sealed slabs
+  uint64_t zeroed_bytes = 0;   // bytes AllocateRegion zero-filled
 };
 
 // What one Reclaim() pass did.
@@ -118,10 +136,33 @@ class SlabManager {
   // leased to another client).
   absl::Status Release(absl::string_view client_id, uint64_t slab);
 
+  // Sets `slabs` FREE slabs aside for region `region_id`, all or nothing,
+  // zero-fills those that may have been written since the pool was mapped
+  // (no client knows their address yet; the lock is not held meanwhile;
+  // never-written slabs are zero already) and returns their slab numbers in order. Errors:
+  // InvalidArgument (slabs == 0), FailedPrecondition (the region already
+  // has slabs here), ResourceExhausted (fewer FREE slabs; the message says
+  // how many are), Aborted (FreeRegion of this id came while zeroing: the
+  // slabs are sealed again).
+  absl::StatusOr<std::vector<uint64_t>> AllocateRegion(uint64_t region_id,
+                                                       uint64_t slabs);
+
+  // Seals the region's slabs: reclamation frees them after the grace. While
+  // AllocateRegion is still zeroing them, they are sealed when it is done.
+  // Returns how many slabs the region held; 0 for a region unknown here.
+  uint64_t FreeRegion(uint64_t region_id);
+
   // One reclamation pass: seals expired leases, scans every index slot and
   // frees SEALED slabs unreferenced at two passes >= grace() apart. The node
   // runs it every reclaim interval; tests call it directly.
   ReclaimPass Reclaim();
+
+  // OK when [offset, offset + length) is non-empty and lies inside one slab
+  // that a region holds (and has finished zero-filling): the only memory a
+  // node digests. Errors: InvalidArgument naming the range otherwise
+  // (outside the pool or the slab area, across a slab boundary, a slab that
+  // is FREE, GRANTED, SEALED or still being zero-filled).
+  absl::Status CheckRegionRange(uint64_t offset, uint64_t length) const;
 
   // Counts and states as of now; a lease past its end shows as GRANTED
   // until the next Reclaim pass seals it.
@@ -139,11 +180,25 @@ class SlabManager {
   struct Slab {
     SlabState state = SlabState::kFree;
     std::string client;
+    uint64_t region_id = 0;                        // kRegion only
     absl::Time lease_end;                          // node side, with margin
     absl::Time unreferenced_since = absl::InfiniteFuture();  // candidacy
+    // May hold nonzero bytes: set when the slab is granted or given to a
+    // region, and never cleared (zero-filling happens only on the way into
+    // a region, which sets it again). False: untouched since the pool was
+    // mapped, hence zero.
+    bool written = false;
   };
 
-  SlabManager(SlabManagerOptions options, uint64_t* index);
+  friend class SlabManagerTestPeer;
+  SlabManager(SlabManagerOptions options, char* pool);
+  // AllocateRegion's two halves: takes the slabs (REGION, zeroing) under
+  // the lock, then clears them without it and finishes (or seals them, if
+  // FreeRegion came meanwhile: Aborted).
+  absl::StatusOr<std::vector<uint64_t>> ReserveRegion(uint64_t region_id,
+                                                      uint64_t slabs);
+  absl::Status ZeroRegion(uint64_t region_id,
+                          const std::vector<uint64_t>& taken);
   absl::Time Now() const;
   void SealExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SealLocked(Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -151,6 +206,7 @@ class SlabManager {
   uint64_t ScanIndex(std::vector<uint32_t>& refs) const;
 
   const SlabManagerOptions options_;
+  char* const pool_;
   uint64_t* const index_;  // bucket_count * kSlotsPerBucket words
 
   absl::Mutex reclaim_mu_;  // serialises Reclaim passes; taken before mu_
@@ -161,6 +217,14 @@ class SlabManager {
   uint64_t grants_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t grant_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t objects_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t regions_freed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  struct RegionSlabs {
+    std::vector<uint64_t> slabs;  // in the order AllocateRegion returns them
+    bool zeroing = true;          // AllocateRegion is still clearing them
+    bool freed = false;           // FreeRegion came while zeroing
+  };
+  std::map<uint64_t, RegionSlabs> regions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshpool::store

@@ -1,8 +1,12 @@
 // meshpool/store: a memory node. It maps a pool, lays it out (superblock,
 // index, slab area; store/layout.h), registers the whole pool with a
 // transport as one region and lets clients read and write it one-sidedly.
-// Its CPU does no work per GET or PUT: it grants slabs over gRPC, reclaims
-// slabs whose objects are all dead, and heartbeats to the coordinator.
+// Its CPU does no work per GET or PUT: it grants slabs over gRPC, sets
+// zero-filled slabs aside for regions when the coordinator asks (and seals
+// them when it frees the region), digests region memory when a loader asks
+// (DigestRanges), reclaims slabs whose objects are all dead, and heartbeats
+// to the coordinator. The pool's pages are faulted in at start, so neither
+// region creation nor first writes pay page faults.
 //
 // Thread-safety: Node is thread-safe.
 #ifndef MESHPOOL_STORE_STORE_H_
@@ -24,6 +28,12 @@ namespace meshpool::store {
 // between reclamation passes.
 inline constexpr int kIdleReclaimFactor = 10;
 static_assert(kIdleReclaimFactor >= 1);
+
+// The most bytes one DigestRanges call may ask the node to hash (the node's
+// CPU does it on the gRPC thread, at several GB/s: this bounds a call to a
+// fraction of a second). Ask more in several calls.
+inline constexpr uint64_t kMaxDigestBytes = uint64_t{1} << 30;
+static_assert(kMaxDigestBytes > 0 && kMaxDigestBytes <= (uint64_t{1} << 32));
 
 struct NodeOptions {
   std::string coordinator;      // host:port of the coordinator
@@ -87,7 +97,8 @@ class Node {
   // As registered, with node_id filled in. Valid for the Node's lifetime.
   const proto::NodeInfo& info() const;
 
-  // Current pool statistics (what heartbeats carry).
+  // Current pool statistics (what heartbeats carry); slabs_region counts
+  // slabs held by regions, and used_bytes includes them.
   proto::NodeStats Stats() const;
 
   // Stops the gRPC service (in-flight calls get a short deadline), the

@@ -3,5 +3,5 @@ meshpool_test(store_test
   SOURCES store_layout_test.cc store_pool_test.cc store_slab_test.cc
   LIBS meshpool_store)
 meshpool_test(store_node_test
-  SOURCES store_node_test.cc
+  SOURCES store_node_test.cc store_digest_test.cc
   LIBS meshpool_store meshpool_placement meshpool_rdma)

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/common.h"
 #include "placement/placement.h"
+#include "placement/region_layout.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
 #include "store/layout.h"
@@ -428,6 +430,192 @@ TEST_F(NodeTest, ZeroSlabLeaseIsInvalidArgument) {
   options.slab_lease = absl::ZeroDuration();
   EXPECT_EQ(StartNode(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ---- Regions ----
+
+absl::StatusOr<proto::AllocateRegionReply> AllocateRegion(
+    proto::Node::Stub& stub, uint64_t incarnation, uint64_t region_id,
+    uint64_t stripe_bytes, uint64_t stripes) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPatience));
+  proto::AllocateRegionRequest request;
+  request.set_region_id(region_id);
+  request.set_incarnation(incarnation);
+  request.set_stripe_bytes(stripe_bytes);
+  request.set_stripes(stripes);
+  proto::AllocateRegionReply reply;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub.AllocateRegion(&ctx, request, &reply), "AllocateRegion"));
+  return reply;
+}
+
+absl::Status FreeRegion(proto::Node::Stub& stub, uint64_t incarnation,
+                        uint64_t region_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPatience));
+  proto::FreeRegionRequest request;
+  request.set_region_id(region_id);
+  request.set_incarnation(incarnation);
+  proto::FreeRegionReply reply;
+  return FromGrpc(stub.FreeRegion(&ctx, request, &reply), "FreeRegion");
+}
+
+TEST_F(NodeTest, AllocateRegionChecksTheRequest) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const uint64_t inc = (*node)->info().incarnation();
+  auto stub = NodeStub(**node);
+  absl::StatusOr<proto::AllocateRegionReply> r =
+      AllocateRegion(*stub, inc + 1, 1, 1 << 20, 4);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("node restarted"), std::string::npos);
+  for (uint64_t stripe : {uint64_t{0}, uint64_t{1000}, uint64_t{8} << 20}) {
+    r = AllocateRegion(*stub, inc, 1, stripe, 4);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << stripe;
+  }
+  r = AllocateRegion(*stub, inc, 1, 1 << 20, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = AllocateRegion(*stub, inc, 1, 1 << 20, 1000);  // 250 slabs
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*node)->Stats().slabs_region(), 0u);
+  EXPECT_EQ(FreeRegion(*stub, inc + 1, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(NodeTest, AllocateRegionTakesWholeSlabsAndFreeRegionSealsThem) {
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto stub = NodeStub(**node);
+  // 6 stripes of 1 MiB, 4 per 4 MiB slab: 2 slabs.
+  absl::StatusOr<proto::AllocateRegionReply> r =
+      AllocateRegion(*stub, info.incarnation(), 5, 1 << 20, 6);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->slab_bytes(), 4u << 20);
+  ASSERT_EQ(r->slab_offsets_size(), 2);
+  for (uint64_t offset : r->slab_offsets()) {
+    EXPECT_GE(offset, info.layout().slab_area_offset());
+    EXPECT_EQ((offset - info.layout().slab_area_offset()) %
+                  info.layout().slab_bytes(),
+              0u);
+  }
+  proto::NodeStats stats = (*node)->Stats();
+  EXPECT_EQ(stats.slabs_region(), 2u);
+  EXPECT_EQ(stats.used_bytes(), 2 * (4u << 20));
+  EXPECT_EQ(stats.slabs_free(), stats.slabs_total() - 2);
+  r = AllocateRegion(*stub, info.incarnation(), 5, 1 << 20, 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(FreeRegion(*stub, info.incarnation(), 5).ok());
+  stats = (*node)->Stats();
+  EXPECT_EQ(stats.slabs_region(), 0u);
+  EXPECT_EQ(stats.slabs_sealed(), 2u);  // freed after the grace
+  EXPECT_TRUE(FreeRegion(*stub, info.incarnation(), 5).ok());   // again
+  EXPECT_TRUE(FreeRegion(*stub, info.incarnation(), 77).ok());  // unknown
+}
+
+// Reads `length` bytes at pool `offset` of `info`'s node, one-sidedly.
+absl::StatusOr<std::string> ReadPool(rdma::Transport& transport,
+                                     const proto::NodeInfo& info,
+                                     uint64_t offset, size_t length) {
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<rdma::Endpoint> endpoint,
+      transport.Connect(info.transport_addresses(0), nullptr));
+  std::string bytes(length, 'x');
+  rdma::WorkRequest read;
+  read.opcode = rdma::Opcode::kRead;
+  read.local = bytes.data();
+  read.length = length;
+  read.remote_addr = info.pool().addr() + offset;
+  read.rkey = info.pool().rkey();
+  rdma::Completion done;
+  MESHPOOL_RETURN_IF_ERROR(
+      rdma::PostAndWait(*endpoint, {&read, 1}, {&done, 1}, kPatience));
+  return bytes;
+}
+
+TEST_F(NodeTest, CoordinatorCreatesRegionOnNodesAndDeleteReturnsTheSlabs) {
+  FakeClock clock;
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.clock = clock.AsFunction();
+  options.reclaim_interval = absl::Milliseconds(5);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+    ASSERT_TRUE(node.ok()) << node.status();
+    nodes.push_back(*std::move(node));
+  }
+  auto client = placement::CoordinatorClient::Connect(coordinator_->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  proto::CreateRegionRequest request;
+  request.set_name("weights/a");
+  request.set_size((20 << 20) + 123);  // 21 stripes of 1 MiB, each twice
+  request.set_stripe_bytes(1 << 20);
+  request.set_replicas(2);
+  absl::StatusOr<proto::RegionInfo> info = (*client)->CreateRegion(request);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ((*client)->CreateRegion(request).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<placement::RegionLayout> layout =
+      placement::RegionLayout::Create(*info);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(info->extents_size(), 2);  // two nodes, each a copy per stripe
+  uint64_t region_slabs = 0;
+  for (const proto::RegionExtent& extent : info->extents()) {
+    const Node* holder = nullptr;
+    for (const auto& n : nodes) {
+      if (n->info().node_id() == extent.node_id()) holder = n.get();
+    }
+    ASSERT_NE(holder, nullptr) << extent.node_id();
+    EXPECT_EQ(extent.incarnation(), holder->info().incarnation());
+    EXPECT_EQ(extent.slab_offsets_size(), 6);  // ceil(21 / 4)
+    EXPECT_EQ(holder->Stats().slabs_region(), 6u);
+    region_slabs += extent.slab_offsets_size();
+  }
+  // The first stripe's copy is zero-filled memory in the node's pool.
+  auto transport = rdma::CreateTcpTransport();
+  ASSERT_TRUE(transport.ok());
+  const placement::StripeCopy copy = layout->Copy(0, 0);
+  const std::string& holder_id = info->extents(copy.extent).node_id();
+  const proto::NodeInfo& holder = nodes[0]->info().node_id() == holder_id
+                                      ? nodes[0]->info()
+                                      : nodes[1]->info();
+  absl::StatusOr<std::string> bytes =
+      ReadPool(**transport, holder, copy.pool_offset, 4096);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, std::string(4096, '\0'));
+
+  absl::StatusOr<proto::RegionInfo> got = (*client)->GetRegion("weights/a");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->SerializeAsString(), info->SerializeAsString());
+  ASSERT_TRUE((*client)->RenameRegion("weights/a", "weights/b", false).ok());
+  absl::StatusOr<std::vector<proto::RegionInfo>> listed =
+      (*client)->ListRegions("weights/");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "weights/b");
+  EXPECT_EQ((*client)->GetRegion("weights/a").status().code(),
+            absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE((*client)->DeleteRegion("weights/b").ok());
+  EXPECT_EQ((*client)->DeleteRegion("weights/b").code(),
+            absl::StatusCode::kNotFound);
+  for (const auto& n : nodes) EXPECT_EQ(n->Stats().slabs_region(), 0u);
+  // The slabs come back once the grace has passed.
+  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  ASSERT_TRUE(Eventually([&] {
+    uint64_t reclaimed = 0;
+    for (const auto& n : nodes) reclaimed += n->Stats().slabs_reclaimed();
+    if (reclaimed == region_slabs) return true;
+    clock.Advance(grace / 4);
+    return false;
+  }));
+  for (const auto& n : nodes) {
+    proto::NodeStats stats = n->Stats();
+    EXPECT_EQ(stats.slabs_free(), stats.slabs_total());
+  }
 }
 
 // A bound TCP port nobody listens on: connecting to it is refused.

@@ -1,7 +1,9 @@
 // store/pool: the mapping, its zeroing and the huge-page fallback.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -15,7 +17,10 @@ class PoolTestPeer {
  public:
   static absl::StatusOr<Pool> CreateWith(uint64_t bytes, bool huge,
                                          Pool::MapFn map) {
-    return Pool::CreateWith(bytes, huge, map);
+    return Pool::CreateWith(bytes, huge, /*populate=*/false, map);
+  }
+  static absl::Status Populate(char* p, uint64_t bytes, bool use_madvise) {
+    return Pool::Populate(p, bytes, use_madvise);
   }
 };
 
@@ -59,6 +64,51 @@ TEST(StorePool, MapsZeroedWritableMemory) {
   EXPECT_TRUE(AllZero(pool->data(), pool->size()));
   pool->data()[pool->size() - 1] = 7;
   EXPECT_EQ(pool->data()[pool->size() - 1], 7);
+}
+
+// Pages of [p, p + bytes) backed by memory now (mincore), of all of them.
+std::pair<uint64_t, uint64_t> ResidentPages(const char* p, uint64_t bytes) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  EXPECT_EQ(::mincore(const_cast<char*>(p), bytes, vec.data()), 0);
+  uint64_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1;
+  return {resident, vec.size()};
+}
+
+// This process's resident pages (/proc/self/statm). The shared zero page,
+// which reading an untouched page maps, does not count.
+uint64_t RssPages() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0;
+  uint64_t resident = 0;
+  statm >> size >> resident;
+  EXPECT_TRUE(statm) << "cannot read /proc/self/statm";
+  return resident;
+}
+
+TEST(StorePool, PopulatedPoolIsResidentAndZeroBeforeAnyTouch) {
+  absl::StatusOr<Pool> lazy = Pool::Create(8 << 20, true);
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
+  EXPECT_EQ(ResidentPages(lazy->data(), lazy->size()).first, 0u);
+  absl::StatusOr<Pool> pool = Pool::Create(8 << 20, true, /*populate=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto [resident, pages] = ResidentPages(pool->data(), pool->size());
+  EXPECT_EQ(resident, pages) << PageKindName(pool->page_kind());
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
+}
+
+TEST(StorePool, PopulateFallbackWithoutMadviseFaultsEveryPageIn) {
+  absl::StatusOr<Pool> pool = Pool::Create((4 << 20) + 4096, false);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const uint64_t rss_before = RssPages();
+  ASSERT_TRUE(PoolTestPeer::Populate(pool->data(), pool->size(),
+                                     /*use_madvise=*/false)
+                  .ok());
+  auto [resident, pages] = ResidentPages(pool->data(), pool->size());
+  EXPECT_EQ(resident, pages);
+  EXPECT_GE(RssPages() - rss_before, pages);  // real pages, not the zero page
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
 }
 
 TEST(StorePool, FallsBackToNormalPagesWhenHugeTlbFails) {

@@ -1,0 +1,362 @@
+// RegionTable: validation, placement, allocation on the nodes, and the
+// table's read-decide-write sequences (placement/region_table.h).
+#include "placement/region_table.h"
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+
+namespace meshpool::placement {
+
+struct RegionTable::Candidate {
+  proto::NodeInfo info;
+  proto::NodeStats stats;
+};
+
+namespace {
+
+// Runs fn(0) .. fn(n - 1) on up to kMaxParallelNodeCalls threads (this one
+// included) and returns when all are done.
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < std::min(n, kMaxParallelNodeCalls); ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return p > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(p);
+}
+
+std::string EncodeExtents(const std::vector<uint16_t>& per_stripe,
+                          const std::vector<uint16_t>& extent_of) {
+  std::string bytes(2 * per_stripe.size(), '\0');
+  for (size_t s = 0; s < per_stripe.size(); ++s) {
+    const uint16_t e = extent_of[per_stripe[s]];
+    bytes[2 * s] = static_cast<char>(e & 0xff);
+    bytes[2 * s + 1] = static_cast<char>(e >> 8);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+RegionTable::RegionTable(CoordinatorState* state, RegionNodes* nodes,
+                         std::function<absl::Time()> clock,
+                         std::function<void(absl::string_view)> log)
+    : state_(state),
+      nodes_(nodes),
+      clock_(clock ? std::move(clock) : [] { return absl::Now(); }),
+      log_(std::move(log)) {}
+
+void RegionTable::Log(absl::string_view message) const {
+  if (log_) {
+    log_(message);
+  } else {
+    std::cerr << "meshpool coordinator: " << message << "\n";
+  }
+}
+
+absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionRequest& request) {
+  const std::string& name = request.name();
+  MESHPOOL_RETURN_IF_ERROR(ValidateRegionName(name));
+  if (request.size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region '", name, "' has size 0; give it at least one byte"));
+  }
+  const uint32_t replicas = request.replicas() == 0 ? 1 : request.replicas();
+  if (replicas > kMaxReplicas) {
+    return absl::InvalidArgumentError(absl::StrCat("region '", name, "' asks for ", replicas,
+                                                   " replicas; use 1 to ", kMaxReplicas));
+  }
+  if (request.stripe_bytes() % kStripeAlign != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("stripe_bytes ", request.stripe_bytes(),
+                                                   " is not a multiple of ", kStripeAlign,
+                                                   "; round it, or pass 0 for the default"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<proto::RegionInfo> existing = state_->FindRegion(name);
+    if (existing.ok() || creating_.count(name) > 0) {
+      return absl::AlreadyExistsError(absl::StrCat("a region named '", name, "' exists",
+                                                   existing.ok() ? "" : " (being created)",
+                                                   "; pick another name or delete it first"));
+    }
+    if (!absl::IsNotFound(existing.status())) return existing.status();
+    creating_.insert(name);
+  }
+  size_t live = 0;
+  absl::StatusOr<proto::RegionInfo> info;
+  absl::StatusOr<std::vector<Candidate>> candidates = Candidates(live);
+  if (!candidates.ok()) {
+    info = candidates.status();
+  } else if (live == 0) {
+    info = absl::FailedPreconditionError(
+        absl::StrCat("cannot create region '", name,
+                     "': the cluster has no live memory node; start nodes "
+                     "with `meshpool node` and retry"));
+  } else if (candidates->empty()) {
+    info = absl::UnavailableError(
+        absl::StrCat("cannot create region '", name, "': none of the ", live,
+                     " live memory node(s) answered a stats request; retry, or check the nodes"));
+  } else {
+    info = Place(request, request.stripe_bytes(), replicas, *std::move(candidates));
+  }
+  absl::Status recorded = info.status();
+  {
+    absl::MutexLock lock(&mu_);
+    creating_.erase(name);
+    if (recorded.ok()) recorded = state_->PutRegion(*info);
+  }
+  if (info.ok() && !recorded.ok()) FreeMemory(*info);
+  if (!recorded.ok()) return recorded;
+  return info;
+}
+
+absl::StatusOr<std::vector<RegionTable::Candidate>> RegionTable::Candidates(size_t& live) {
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+  std::vector<const proto::NodeInfo*> alive;
+  for (const proto::NodeEntry& entry : map.nodes()) {
+    if (entry.state() == proto::NODE_ALIVE) alive.push_back(&entry.info());
+  }
+  live = alive.size();
+  std::vector<absl::StatusOr<proto::NodeStats>> stats(alive.size());
+  ParallelFor(alive.size(), [&](size_t i) { stats[i] = nodes_->GetStats(*alive[i]); });
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < alive.size(); ++i) {
+    if (!stats[i].ok() || alive[i]->layout().slab_bytes() == 0) continue;
+    candidates.push_back(Candidate{*alive[i], *std::move(stats[i])});
+  }
+  return candidates;
+}
+
+absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRequest& request,
+                                                     uint64_t stripe_bytes, uint32_t replicas,
+                                                     std::vector<Candidate> candidates) {
+  const std::string& name = request.name();
+  const Candidate* smallest = &candidates[0];
+  for (const Candidate& c : candidates) {
+    if (c.info.layout().slab_bytes() < smallest->info.layout().slab_bytes()) smallest = &c;
+  }
+  const uint64_t min_slab = smallest->info.layout().slab_bytes();
+  const uint64_t max_stripe = min_slab / kStripeAlign * kStripeAlign;
+  if (max_stripe == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", smallest->info.node_id(), " has slabs of ", min_slab,
+        " bytes, below the smallest stripe (", kStripeAlign, "); restart it with larger slabs"));
+  }
+  if (stripe_bytes == 0) {
+    stripe_bytes = std::min(kDefaultStripeBytes, max_stripe);
+  } else if (stripe_bytes > min_slab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stripe_bytes ", stripe_bytes, " exceeds the slab size of node ", smallest->info.node_id(),
+        "; use at most ", max_stripe, " (", FormatSize(max_stripe), "), or 0 for the default"));
+  }
+  const uint64_t stripes = CeilDiv(request.size(), stripe_bytes);
+  if (stripes > kMaxRegionStripes) {
+    const uint64_t needed =
+        CeilDiv(CeilDiv(request.size(), kMaxRegionStripes), kStripeAlign) * kStripeAlign;
+    return absl::InvalidArgumentError(
+        absl::StrCat("region '", name, "' of ", FormatSize(request.size()), " would have ", stripes,
+                     " stripes of ", FormatSize(stripe_bytes), ", more than ", kMaxRegionStripes,
+                     needed <= max_stripe ? absl::StrCat("; use stripe_bytes of at least ", needed)
+                                          : std::string("; split it into several regions")));
+  }
+  std::vector<PlacementCandidate> placement_candidates;
+  uint64_t free_bytes = 0;
+  for (const Candidate& c : candidates) {
+    const uint64_t slab_bytes = c.info.layout().slab_bytes();
+    placement_candidates.push_back(PlacementCandidate{
+        c.info.node_id(), SaturatingMul(c.stats.slabs_free(), slab_bytes / stripe_bytes)});
+    free_bytes += SaturatingMul(c.stats.slabs_free(), slab_bytes);
+  }
+  absl::StatusOr<std::vector<std::vector<uint16_t>>> placed =
+      PlaceStripes(placement_candidates, stripes, replicas);
+  if (!placed.ok()) {
+    return absl::Status(
+        placed.status().code(),
+        absl::StrCat("cannot create region '", name, "' (", FormatSize(request.size()), ", ",
+                     replicas, " replica(s), stripes of ", FormatSize(stripe_bytes), ") on ",
+                     candidates.size(), " live node(s) with ", FormatSize(free_bytes),
+                     " free in whole slabs: ", placed.status().message()));
+  }
+  // Extents: the candidates that got copies, in candidate order.
+  std::vector<uint64_t> copies_of(candidates.size(), 0);
+  for (const std::vector<uint16_t>& replica : *placed) {
+    for (uint16_t c : replica) ++copies_of[c];
+  }
+  proto::RegionInfo info;
+  info.set_name(name);
+  info.set_size(request.size());
+  info.set_stripe_bytes(stripe_bytes);
+  info.set_replicas(replicas);
+  std::vector<uint16_t> extent_of(candidates.size(), 0);
+  std::vector<proto::NodeInfo> nodes;
+  std::vector<uint64_t> copies;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (copies_of[c] == 0) continue;
+    extent_of[c] = static_cast<uint16_t>(nodes.size());
+    proto::RegionExtent* extent = info.add_extents();
+    extent->set_node_id(candidates[c].info.node_id());
+    extent->set_incarnation(candidates[c].info.incarnation());
+    extent->set_slab_bytes(candidates[c].info.layout().slab_bytes());
+    nodes.push_back(candidates[c].info);
+    copies.push_back(copies_of[c]);
+  }
+  for (const std::vector<uint16_t>& replica : *placed) {
+    info.add_stripe_extents(EncodeExtents(replica, extent_of));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(const uint64_t region_id, state_->NextRegionId());
+  info.set_region_id(region_id);
+  MESHPOOL_RETURN_IF_ERROR(Allocate(info, nodes, copies));
+  // The client decodes it the same way; a region it could not decode must
+  // never be recorded.
+  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(info);
+  if (!layout.ok()) {
+    FreeMemory(info);
+    return absl::InternalError(absl::StrCat("region '", name, "' came out inconsistent (",
+                                            layout.status().message(),
+                                            "); this is a bug, please report it"));
+  }
+  info.set_created_unix_ms(absl::ToUnixMillis(clock_()));
+  return info;
+}
+
+absl::Status RegionTable::Allocate(proto::RegionInfo& info,
+                                   const std::vector<proto::NodeInfo>& nodes,
+                                   const std::vector<uint64_t>& copies) {
+  std::vector<absl::StatusOr<proto::AllocateRegionReply>> replies(nodes.size());
+  ParallelFor(nodes.size(), [&](size_t e) {
+    proto::AllocateRegionRequest request;
+    request.set_region_id(info.region_id());
+    request.set_incarnation(nodes[e].incarnation());
+    request.set_stripe_bytes(info.stripe_bytes());
+    request.set_stripes(copies[e]);
+    replies[e] = nodes_->Allocate(nodes[e], request);
+  });
+  absl::Status first;
+  for (size_t e = 0; e < nodes.size() && first.ok(); ++e) {
+    const std::string where = absl::StrCat("allocating region '", info.name(), "' on node ",
+                                           nodes[e].node_id(), " failed");
+    if (!replies[e].ok()) {
+      const absl::Status& s = replies[e].status();
+      // FailedPrecondition from a node: it restarted since the map was read.
+      const absl::StatusCode code =
+          absl::IsFailedPrecondition(s) ? absl::StatusCode::kUnavailable : s.code();
+      first = absl::Status(code, absl::StrCat(where, " (", s.message(),
+                                              "); nothing was left allocated: free memory or "
+                                              "add nodes if it is full, then retry"));
+      continue;
+    }
+    proto::RegionExtent* extent = info.mutable_extents(static_cast<int>(e));
+    const uint64_t per_slab = extent->slab_bytes() / info.stripe_bytes();
+    if (replies[e]->slab_bytes() != extent->slab_bytes() ||
+        static_cast<uint64_t>(replies[e]->slab_offsets_size()) != CeilDiv(copies[e], per_slab)) {
+      first = absl::InternalError(absl::StrCat(
+          where, ": it answered ", replies[e]->slab_offsets_size(), " slabs of ",
+          replies[e]->slab_bytes(), " bytes for ", copies[e], " stripes of ", info.stripe_bytes(),
+          " with ", extent->slab_bytes(), "-byte slabs; nothing was left allocated"));
+      continue;
+    }
+    *extent->mutable_slab_offsets() = replies[e]->slab_offsets();
+  }
+  if (first.ok()) return absl::OkStatus();
+  // Free on every node asked, not only those that answered: a reply lost to
+  // a deadline may have allocated all the same. Freeing is idempotent.
+  ParallelFor(nodes.size(), [&](size_t e) {
+    proto::FreeRegionRequest request;
+    request.set_region_id(info.region_id());
+    request.set_incarnation(nodes[e].incarnation());
+    absl::Status freed = nodes_->Free(nodes[e], request);
+    if (!freed.ok()) {
+      Log(absl::StrCat("region '", info.name(), "' (id ", info.region_id(),
+                       "): freeing a failed create's memory on node ", nodes[e].node_id(),
+                       " failed: ", freed.ToString()));
+    }
+  });
+  return first;
+}
+
+void RegionTable::FreeMemory(const proto::RegionInfo& info) {
+  absl::StatusOr<proto::ClusterMap> map = state_->Snapshot();
+  if (!map.ok()) {
+    Log(absl::StrCat(
+        "region '", info.name(), "' (id ", info.region_id(),
+        "): cannot read the cluster map to free its memory: ", map.status().ToString()));
+    return;
+  }
+  std::vector<const proto::NodeInfo*> holders;
+  for (const proto::RegionExtent& extent : info.extents()) {
+    for (const proto::NodeEntry& entry : map->nodes()) {
+      if (entry.info().node_id() == extent.node_id() && entry.state() == proto::NODE_ALIVE &&
+          entry.info().incarnation() == extent.incarnation()) {
+        holders.push_back(&entry.info());
+      }
+    }
+  }
+  ParallelFor(holders.size(), [&](size_t i) {
+    proto::FreeRegionRequest request;
+    request.set_region_id(info.region_id());
+    request.set_incarnation(holders[i]->incarnation());
+    absl::Status freed = nodes_->Free(*holders[i], request);
+    if (!freed.ok()) {
+      Log(absl::StrCat("region '", info.name(), "' (id ", info.region_id(),
+                       "): freeing its memory on node ", holders[i]->node_id(),
+                       " failed, so it stays pinned until that node restarts: ", freed.ToString()));
+    }
+  });
+}
+
+absl::StatusOr<proto::RegionInfo> RegionTable::Get(absl::string_view name) const {
+  return state_->FindRegion(name);
+}
+
+absl::Status RegionTable::Delete(absl::string_view name) {
+  absl::StatusOr<proto::RegionInfo> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    removed = state_->RemoveRegion(name);
+  }
+  if (!removed.ok()) return removed.status();
+  FreeMemory(*removed);
+  return absl::OkStatus();
+}
+
+absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to, bool replace) {
+  MESHPOOL_RETURN_IF_ERROR(ValidateRegionName(to));
+  absl::StatusOr<std::optional<proto::RegionInfo>> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    if (creating_.count(to) > 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "a region named '", to, "' is being created; retry the rename once it exists"));
+    }
+    replaced = state_->RenameRegion(from, to, replace);
+  }
+  if (!replaced.ok()) return replaced.status();
+  if (replaced->has_value()) FreeMemory(**replaced);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<proto::RegionInfo>> RegionTable::List(absl::string_view prefix) const {
+  MESHPOOL_ASSIGN_OR_RETURN(std::vector<proto::RegionInfo> regions, state_->ListRegions(prefix));
+  for (proto::RegionInfo& info : regions) {
+    info.clear_stripe_extents();
+    for (proto::RegionExtent& extent : *info.mutable_extents()) extent.clear_slab_offsets();
+  }
+  return regions;
+}
+
+}  // namespace meshpool::placement

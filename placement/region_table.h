@@ -1,0 +1,166 @@
+// meshpool/placement/region_table.h: the coordinator's region rules.
+//
+// A region is named memory striped across the memory nodes and hard-pinned
+// there (proto/meshpool.proto, "Regions"). RegionTable creates, finds,
+// renames, lists and deletes regions; it keeps them in the CoordinatorState
+// (as proto::RegionInfo) and asks the nodes for memory through RegionNodes.
+//
+// Rules:
+//  * Names pass ValidateRegionName; a name is taken from the moment a
+//    CreateRegion for it starts (a second create, or a rename onto it, gets
+//    AlreadyExists meanwhile).
+//  * Create places stripes over the NODE_ALIVE nodes that answer a fresh
+//    GetStats, in proportion to their free slabs (PlaceStripes), allocates
+//    on every chosen node, and records the region only when every
+//    allocation succeeded; otherwise it frees what it asked for and
+//    records nothing.
+//  * Delete (and a rename that replaces) forgets the region first, then
+//    frees its memory on each node still alive with the incarnation that
+//    holds it. A node that died took that memory with it; freeing errors
+//    are logged, not returned.
+//  * Region ids are never reused, so a late FreeRegion cannot hit another
+//    region.
+//
+// No gRPC here (region_nodes_grpc.cc implements RegionNodes over gRPC).
+// Thread-safety: RegionTable is thread-safe; node calls run without its
+// lock held, so a slow create does not block other calls.
+#ifndef MESHPOOL_PLACEMENT_REGION_TABLE_H_
+#define MESHPOOL_PLACEMENT_REGION_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "placement/coordinator_state.h"
+#include "placement/region_layout.h"
+#include "proto/meshpool.pb.h"
+
+namespace meshpool::placement {
+
+// Deadlines of the coordinator's calls to memory nodes. Allocation
+// zero-fills the slabs, so it gets long; the client's CreateRegion
+// deadline (kCreateRegionTimeout, placement.h) covers a stats round and an
+// allocation round.
+inline constexpr absl::Duration kNodeStatsTimeout = absl::Seconds(3);
+inline constexpr absl::Duration kNodeAllocateTimeout = absl::Seconds(45);
+inline constexpr absl::Duration kNodeFreeTimeout = absl::Seconds(3);
+// Node calls of one create or delete run on at most this many threads.
+inline constexpr size_t kMaxParallelNodeCalls = 32;
+static_assert(kMaxParallelNodeCalls >= 1);
+
+// The largest RegionInfo: 2 bytes per stripe copy (stripe_extents), at most
+// one slab offset per copy (a varint of at most 10 bytes, plus framing),
+// and per extent its node id and fields. Control-plane channels that carry
+// a RegionInfo or an AllocateRegionReply accept messages up to this size.
+inline constexpr uint64_t kMaxRegionInfoBytes =
+    kMaxRegionStripes * kMaxReplicas * (2 + 11) + kMaxRegionExtents * 128 + (1 << 20);
+static_assert(kMaxRegionInfoBytes < (uint64_t{1} << 31), "gRPC message sizes are int");
+
+// What the coordinator asks of memory nodes; gRPC in production, a fake in
+// tests. Implementations are thread-safe. Each call names the node by its
+// NodeInfo (control_address, incarnation).
+class RegionNodes {
+ public:
+  virtual ~RegionNodes() = default;
+  // Unavailable when the node does not answer in time.
+  virtual absl::StatusOr<proto::NodeStats> GetStats(const proto::NodeInfo& node) = 0;
+  // The node's codes: FailedPrecondition (another incarnation),
+  // ResourceExhausted (not enough free slabs), InvalidArgument; Unavailable
+  // when it does not answer in time.
+  virtual absl::StatusOr<proto::AllocateRegionReply> Allocate(
+      const proto::NodeInfo& node, const proto::AllocateRegionRequest& request) = 0;
+  // OK also for a region the node does not hold.
+  virtual absl::Status Free(const proto::NodeInfo& node,
+                            const proto::FreeRegionRequest& request) = 0;
+};
+
+// RegionNodes over each node's gRPC Node service (region_nodes_grpc.cc),
+// with the deadlines above. Channels are cached per control address.
+std::unique_ptr<RegionNodes> NewGrpcRegionNodes();
+
+class RegionTable {
+ public:
+  // `state` and `nodes` are not owned and must outlive the table; the table
+  // reads the cluster map from `state`. `clock` (null: absl::Now) stamps
+  // created_unix_ms; `log` (null: stderr) receives what Delete cannot
+  // report (memory that could not be freed).
+  RegionTable(CoordinatorState* state, RegionNodes* nodes,
+              std::function<absl::Time()> clock = nullptr,
+              std::function<void(absl::string_view)> log = nullptr);
+  RegionTable(const RegionTable&) = delete;
+  RegionTable& operator=(const RegionTable&) = delete;
+
+  // Places, allocates and records a region (the file comment has the
+  // rules). stripe_bytes 0 picks min(kDefaultStripeBytes, the smallest slab
+  // of the answering nodes); replicas 0 means 1. Errors:
+  //   InvalidArgument    - bad name, size 0, stripe_bytes not a multiple of
+  //                        kStripeAlign or above a node's slab (the message
+  //                        gives the largest allowed), replicas above
+  //                        kMaxReplicas, more than kMaxRegionStripes stripes;
+  //   AlreadyExists      - the name is taken (or being created);
+  //   FailedPrecondition - fewer live nodes with free memory than replicas;
+  //   ResourceExhausted  - the nodes' free memory cannot hold it (the
+  //                        message says how much is free);
+  //   Unavailable        - no live node answered, or a node failed while
+  //                        allocating (nothing is left allocated; retry).
+  absl::StatusOr<proto::RegionInfo> Create(const proto::CreateRegionRequest& request);
+
+  // NotFound if there is no region of that name.
+  absl::StatusOr<proto::RegionInfo> Get(absl::string_view name) const;
+
+  // Forgets the region, then frees its memory on the nodes. NotFound if
+  // absent.
+  absl::Status Delete(absl::string_view name);
+
+  // Atomically renames `from` to `to`. InvalidArgument (bad `to`), NotFound
+  // (no `from`), AlreadyExists (`to` exists and not `replace`, or is being
+  // created). With `replace`, the region `to` named is deleted (as Delete).
+  absl::Status Rename(absl::string_view from, absl::string_view to, bool replace);
+
+  // Regions whose name starts with `prefix`, sorted by name, without
+  // slab_offsets and stripe_extents.
+  absl::StatusOr<std::vector<proto::RegionInfo>> List(absl::string_view prefix) const;
+
+ private:
+  struct Candidate;  // a live node that answered, with its free stripes
+
+  // Fresh stats of every NODE_ALIVE node, in map order; nodes that do not
+  // answer are left out. `live` receives how many were alive.
+  absl::StatusOr<std::vector<Candidate>> Candidates(size_t& live);
+  // Allocates `info`'s extents (copies[e] stripe copies on extent e),
+  // filling in slab_bytes and slab_offsets; on failure frees what it asked
+  // for and returns the first error.
+  absl::Status Allocate(proto::RegionInfo& info, const std::vector<proto::NodeInfo>& nodes,
+                        const std::vector<uint64_t>& copies);
+  // The rest of Create once the name is reserved. REQUIRES: candidates is
+  // not empty.
+  absl::StatusOr<proto::RegionInfo> Place(const proto::CreateRegionRequest& request,
+                                          uint64_t stripe_bytes, uint32_t replicas,
+                                          std::vector<Candidate> candidates);
+  // Frees each extent's memory on its node when the map still shows that
+  // incarnation alive; logs failures.
+  void FreeMemory(const proto::RegionInfo& info);
+  void Log(absl::string_view message) const;
+
+  CoordinatorState* const state_;
+  RegionNodes* const nodes_;
+  const std::function<absl::Time()> clock_;
+  const std::function<void(absl::string_view)> log_;
+  // Serialises each read-decide-write sequence on the region table.
+  mutable absl::Mutex mu_;
+  std::set<std::string, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshpool::placement
+
+#endif  // MESHPOOL_PLACEMENT_REGION_TABLE_H_

@@ -1,0 +1,406 @@
+// placement/region_table: the coordinator's region rules over a fake set of
+// memory nodes (no network).
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "placement/coordinator_state.h"
+#include "placement/region_layout.h"
+#include "placement/region_table.h"
+
+namespace meshpool::placement {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kSlab = 4 * kMiB;
+
+// Memory nodes in a map: free slabs per node, the regions each holds, and
+// switches to make a node silent, refuse allocations or stall them.
+class FakeNodes final : public RegionNodes {
+ public:
+  struct Node {
+    uint64_t slab_bytes = kSlab;
+    uint64_t free_slabs = 16;
+    bool silent = false;                // GetStats (and all else) Unavailable
+    absl::Status allocate_error;        // returned by Allocate when set
+    std::map<uint64_t, uint64_t> held;  // region id -> slabs
+    uint64_t next_offset = 1 << 20;
+  };
+
+  void Add(const std::string& id, uint64_t free_slabs, uint64_t slab_bytes = kSlab) {
+    absl::MutexLock lock(&mu_);
+    nodes_[id].free_slabs = free_slabs;
+    nodes_[id].slab_bytes = slab_bytes;
+  }
+  template <typename F>
+  void With(const std::string& id, F change) {
+    absl::MutexLock lock(&mu_);
+    change(nodes_[id]);
+  }
+  uint64_t Held(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    uint64_t slabs = 0;
+    for (const auto& [region, n] : nodes_[id].held) slabs += n;
+    return slabs;
+  }
+  int frees() {
+    absl::MutexLock lock(&mu_);
+    return frees_;
+  }
+  // The next Allocate call waits for Release(); later ones do not.
+  void Stall() {
+    absl::MutexLock lock(&mu_);
+    stall_next_ = true;
+    stalled_ = true;
+  }
+  void AwaitStalledCall() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&waiting_));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    stalled_ = false;
+  }
+
+  absl::StatusOr<proto::NodeStats> GetStats(const proto::NodeInfo& info) override {
+    absl::MutexLock lock(&mu_);
+    Node& node = nodes_[info.node_id()];
+    if (node.silent) return absl::UnavailableError("silent");
+    proto::NodeStats stats;
+    stats.set_slabs_free(node.free_slabs);
+    return stats;
+  }
+
+  absl::StatusOr<proto::AllocateRegionReply> Allocate(
+      const proto::NodeInfo& info, const proto::AllocateRegionRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (stall_next_) {
+      stall_next_ = false;
+      waiting_ = true;
+      mu_.Await(absl::Condition(
+          +[](bool* stalled) { return !*stalled; }, &stalled_));
+      waiting_ = false;
+    }
+    Node& node = nodes_[info.node_id()];
+    if (node.silent) return absl::UnavailableError("silent");
+    if (!node.allocate_error.ok()) return node.allocate_error;
+    if (node.held.count(request.region_id()) > 0) {
+      return absl::FailedPreconditionError("allocated twice");
+    }
+    const uint64_t per_slab = node.slab_bytes / request.stripe_bytes();
+    const uint64_t slabs = (request.stripes() + per_slab - 1) / per_slab;
+    if (slabs > node.free_slabs) return absl::ResourceExhaustedError("full");
+    node.free_slabs -= slabs;
+    node.held[request.region_id()] = slabs;
+    proto::AllocateRegionReply reply;
+    reply.set_slab_bytes(node.slab_bytes);
+    for (uint64_t i = 0; i < slabs; ++i) {
+      reply.add_slab_offsets(node.next_offset);
+      node.next_offset += node.slab_bytes;
+    }
+    return reply;
+  }
+
+  absl::Status Free(const proto::NodeInfo& info, const proto::FreeRegionRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    ++frees_;
+    Node& node = nodes_[info.node_id()];
+    if (node.silent) return absl::UnavailableError("silent");
+    auto it = node.held.find(request.region_id());
+    if (it != node.held.end()) {
+      node.free_slabs += it->second;
+      node.held.erase(it);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
+  int frees_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stall_next_ ABSL_GUARDED_BY(mu_) = false;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+proto::NodeEntry Entry(const std::string& id, uint64_t slab_bytes = kSlab,
+                       proto::NodeState state = proto::NODE_ALIVE) {
+  proto::NodeEntry entry;
+  entry.set_state(state);
+  entry.mutable_info()->set_node_id(id);
+  entry.mutable_info()->set_incarnation(42);
+  entry.mutable_info()->set_control_address("127.0.0.1:1");
+  entry.mutable_info()->mutable_layout()->set_slab_bytes(slab_bytes);
+  return entry;
+}
+
+proto::CreateRegionRequest Request(const std::string& name, uint64_t size,
+                                   uint64_t stripe_bytes = kMiB, uint32_t replicas = 1) {
+  proto::CreateRegionRequest request;
+  request.set_name(name);
+  request.set_size(size);
+  request.set_stripe_bytes(stripe_bytes);
+  request.set_replicas(replicas);
+  return request;
+}
+
+class RegionTableTest : public ::testing::Test {
+ protected:
+  // Three live nodes of 16 free 4 MiB slabs each.
+  void SetUp() override {
+    for (const char* id : {"n1", "n2", "n3"}) AddNode(id, 16);
+  }
+  void AddNode(const std::string& id, uint64_t free_slabs, uint64_t slab_bytes = kSlab,
+               proto::NodeState state = proto::NODE_ALIVE) {
+    nodes_.Add(id, free_slabs, slab_bytes);
+    ASSERT_TRUE(state_->UpsertNode(Entry(id, slab_bytes, state)).ok());
+  }
+  uint64_t HeldEverywhere() {
+    uint64_t slabs = 0;
+    for (const char* id : {"n1", "n2", "n3", "n4"}) slabs += nodes_.Held(id);
+    return slabs;
+  }
+
+  std::unique_ptr<CoordinatorState> state_ = NewInMemoryCoordinatorState();
+  FakeNodes nodes_;
+  std::vector<std::string> logged_;
+  RegionTable table_{state_.get(), &nodes_, [] { return absl::FromUnixMillis(1234); },
+                     [this](absl::string_view m) { logged_.emplace_back(m); }};
+};
+
+TEST_F(RegionTableTest, CreateGetListDelete) {
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("w/a", 30 * kMiB + 5));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->name(), "w/a");
+  EXPECT_EQ(info->region_id(), 1u);
+  EXPECT_EQ(info->stripe_bytes(), kMiB);
+  EXPECT_EQ(info->replicas(), 1u);
+  EXPECT_EQ(info->created_unix_ms(), 1234);
+  ASSERT_EQ(info->extents_size(), 3);  // 31 stripes over 3 equal nodes
+  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->stripes(), 31u);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_EQ(info->extents(e).incarnation(), 42u);
+    EXPECT_EQ(info->extents(e).slab_bytes(), kSlab);
+    EXPECT_EQ(static_cast<uint64_t>(info->extents(e).slab_offsets_size()),
+              (layout->CopiesOn(e) + 3) / 4);
+    EXPECT_EQ(nodes_.Held(info->extents(e).node_id()),
+              static_cast<uint64_t>(info->extents(e).slab_offsets_size()));
+    EXPECT_GE(layout->CopiesOn(e), 10u);
+  }
+  absl::StatusOr<proto::RegionInfo> got = table_.Get("w/a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->SerializeAsString(), info->SerializeAsString());
+  ASSERT_TRUE(table_.Create(Request("w/b", kMiB)).ok());
+  ASSERT_TRUE(table_.Create(Request("v", kMiB)).ok());
+  absl::StatusOr<std::vector<proto::RegionInfo>> listed = table_.List("w/");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].name(), "w/a");
+  EXPECT_EQ((*listed)[1].name(), "w/b");
+  EXPECT_EQ((*listed)[0].stripe_extents_size(), 0);
+  EXPECT_EQ((*listed)[0].extents_size(), 3);
+  EXPECT_EQ((*listed)[0].extents(0).slab_offsets_size(), 0);
+  EXPECT_EQ((*listed)[0].size(), 30 * kMiB + 5);
+
+  ASSERT_TRUE(table_.Delete("w/a").ok());
+  EXPECT_EQ(table_.Get("w/a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_.Delete("w/a").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(table_.Delete("w/b").ok());
+  ASSERT_TRUE(table_.Delete("v").ok());
+  EXPECT_EQ(HeldEverywhere(), 0u);
+  // Ids are never reused.
+  absl::StatusOr<proto::RegionInfo> again = table_.Create(Request("w/a", kMiB));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->region_id(), 4u);
+}
+
+TEST_F(RegionTableTest, SharesFollowFreeSlabs) {
+  AddNode("n4", 32);  // twice the free memory of the others
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 100 * kMiB));
+  ASSERT_TRUE(info.ok()) << info.status();
+  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);
+  ASSERT_TRUE(layout.ok());
+  for (int e = 0; e < info->extents_size(); ++e) {
+    EXPECT_EQ(layout->CopiesOn(e), info->extents(e).node_id() == "n4" ? 40u : 20u)
+        << info->extents(e).node_id();
+  }
+}
+
+TEST_F(RegionTableTest, ReplicasLandOnDistinctNodes) {
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 20 * kMiB, kMiB, 3));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->replicas(), 3u);
+  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);  // checks distinctness
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(table_.Create(Request("s", kMiB, kMiB, 4)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RegionTableTest, DefaultStripeIsCappedAtTheSmallestSlab) {
+  AddNode("n4", 64, kMiB);
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 10 * kMiB, 0, 0));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->stripe_bytes(), kMiB);
+  EXPECT_EQ(info->replicas(), 1u);
+  absl::StatusOr<proto::RegionInfo> big = table_.Create(Request("big", 10 * kMiB, 2 * kMiB));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("use at most 1048576"));
+}
+
+TEST_F(RegionTableTest, DefaultStripeIsFourMiBOnLargeSlabs) {
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 10 * kMiB, 0));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->stripe_bytes(), kDefaultStripeBytes);
+}
+
+TEST_F(RegionTableTest, BadRequestsAreInvalidArgument) {
+  for (const proto::CreateRegionRequest& bad :
+       {Request("", kMiB), Request("a b", kMiB), Request("r", 0), Request("r", kMiB, 1000),
+        Request("r", kMiB, kMiB, kMaxReplicas + 1),
+        Request("r", (kMaxRegionStripes + 1) * kStripeAlign, kStripeAlign)}) {
+    absl::StatusOr<proto::RegionInfo> info = table_.Create(bad);
+    EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.ShortDebugString() << " " << info.status();
+  }
+  absl::StatusOr<proto::RegionInfo> many =
+      table_.Create(Request("r", (kMaxRegionStripes + 1) * kStripeAlign, kStripeAlign));
+  EXPECT_THAT(std::string(many.status().message()), HasSubstr("stripe_bytes of at least 8192"));
+  EXPECT_EQ(HeldEverywhere(), 0u);
+}
+
+TEST_F(RegionTableTest, TakenNameIsAlreadyExists) {
+  ASSERT_TRUE(table_.Create(Request("r", kMiB)).ok());
+  absl::StatusOr<proto::RegionInfo> again = table_.Create(Request("r", kMiB));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(HeldEverywhere(), 1u);
+}
+
+TEST_F(RegionTableTest, NameIsReservedWhileCreateIsInFlight) {
+  ASSERT_TRUE(table_.Create(Request("other", kMiB)).ok());
+  nodes_.Stall();
+  absl::StatusOr<proto::RegionInfo> first;
+  std::thread creator([&] { first = table_.Create(Request("r", kMiB)); });
+  nodes_.AwaitStalledCall();
+  EXPECT_EQ(table_.Create(Request("r", kMiB)).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(table_.Rename("other", "r", true).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(table_.Get("r").status().code(), absl::StatusCode::kNotFound);
+  nodes_.Release();
+  creator.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(table_.Get("r").ok());
+  EXPECT_TRUE(table_.Get("other").ok());
+}
+
+TEST_F(RegionTableTest, PartialFailureFreesWhatWasAllocated) {
+  nodes_.With("n2", [](FakeNodes::Node& n) {
+    n.allocate_error = absl::ResourceExhaustedError("n2 filled up meanwhile");
+  });
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 30 * kMiB));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("n2 filled up meanwhile"));
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("nothing was left allocated"));
+  EXPECT_EQ(HeldEverywhere(), 0u);
+  EXPECT_EQ(table_.Get("r").status().code(), absl::StatusCode::kNotFound);
+  // The name is free again.
+  nodes_.With("n2", [](FakeNodes::Node& n) { n.allocate_error = absl::OkStatus(); });
+  EXPECT_TRUE(table_.Create(Request("r", 30 * kMiB)).ok());
+}
+
+TEST_F(RegionTableTest, NodeRestartedDuringCreateIsUnavailable) {
+  nodes_.With("n3", [](FakeNodes::Node& n) {
+    n.allocate_error = absl::FailedPreconditionError("node restarted");
+  });
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 30 * kMiB));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(HeldEverywhere(), 0u);
+}
+
+TEST_F(RegionTableTest, DeadAndSilentNodesAreSkippedAtCreate) {
+  AddNode("n4", 64, kSlab, proto::NODE_DEAD);
+  nodes_.With("n3", [](FakeNodes::Node& n) { n.silent = true; });
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 30 * kMiB));
+  ASSERT_TRUE(info.ok()) << info.status();
+  std::set<std::string> holders;
+  for (const proto::RegionExtent& e : info->extents()) holders.insert(e.node_id());
+  EXPECT_EQ(holders, (std::set<std::string>{"n1", "n2"}));
+}
+
+TEST_F(RegionTableTest, NoNodesAnswerIsUnavailableAndNoNodesIsFailedPrecondition) {
+  for (const char* id : {"n1", "n2", "n3"}) {
+    nodes_.With(id, [](FakeNodes::Node& n) { n.silent = true; });
+  }
+  EXPECT_EQ(table_.Create(Request("r", kMiB)).status().code(), absl::StatusCode::kUnavailable);
+  std::unique_ptr<CoordinatorState> empty = NewInMemoryCoordinatorState();
+  RegionTable table(empty.get(), &nodes_);
+  absl::StatusOr<proto::RegionInfo> info = table.Create(Request("r", kMiB));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("meshpool node"));
+}
+
+TEST_F(RegionTableTest, TooLittleFreeMemoryIsResourceExhaustedSayingWhatIsFree) {
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 49 * kSlab));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("192MiB free"));
+  EXPECT_EQ(HeldEverywhere(), 0u);
+  EXPECT_TRUE(table_.Create(Request("r", 48 * kSlab)).ok());
+}
+
+TEST_F(RegionTableTest, RenameMovesTheNameAndReplaceFreesTheOldRegion) {
+  ASSERT_TRUE(table_.Create(Request("staging", 8 * kMiB)).ok());
+  ASSERT_TRUE(table_.Create(Request("live", 16 * kMiB)).ok());
+  const uint64_t live_id = table_.Get("live")->region_id();
+  EXPECT_EQ(table_.Rename("missing", "x", false).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_.Rename("staging", "live", false).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(table_.Rename("staging", "bad name", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table_.Rename("staging", "staging", true).ok());
+  EXPECT_TRUE(table_.Get("staging").ok());
+  const uint64_t held_before = HeldEverywhere();
+  ASSERT_TRUE(table_.Rename("staging", "live", true).ok());
+  EXPECT_EQ(table_.Get("staging").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<proto::RegionInfo> live = table_.Get("live");
+  ASSERT_TRUE(live.ok());
+  EXPECT_NE(live->region_id(), live_id);
+  EXPECT_EQ(live->size(), 8 * kMiB);
+  EXPECT_LT(HeldEverywhere(), held_before);  // the old "live" was freed
+  ASSERT_TRUE(table_.Rename("live", "next", false).ok());
+  EXPECT_EQ(table_.Get("next")->name(), "next");
+}
+
+TEST_F(RegionTableTest, DeleteSkipsNodesThatDiedOrRestarted) {
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 30 * kMiB));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(state_->MarkDead("n1").ok());
+  proto::NodeEntry restarted = Entry("n2");
+  restarted.mutable_info()->set_incarnation(43);
+  ASSERT_TRUE(state_->UpsertNode(restarted).ok());
+  const int frees_before = nodes_.frees();
+  ASSERT_TRUE(table_.Delete("r").ok());
+  EXPECT_EQ(nodes_.frees() - frees_before, 1);  // n3 only
+  EXPECT_EQ(nodes_.Held("n3"), 0u);
+}
+
+TEST_F(RegionTableTest, FreeFailuresAreLoggedNotReturned) {
+  ASSERT_TRUE(table_.Create(Request("r", 30 * kMiB)).ok());
+  nodes_.With("n2", [](FakeNodes::Node& n) { n.silent = true; });
+  EXPECT_TRUE(table_.Delete("r").ok());
+  ASSERT_EQ(logged_.size(), 1u);
+  EXPECT_THAT(logged_[0], HasSubstr("n2"));
+  EXPECT_EQ(table_.Get("r").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace meshpool::placement
