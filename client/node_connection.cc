@@ -264,6 +264,28 @@ absl::StatusOr<proto::NodeStats> NodeConnection::GetStats() {
   return stats;
 }
 
+absl::StatusOr<std::vector<uint64_t>> NodeConnection::DigestRanges(
+    absl::Span<const PoolRange> ranges) {
+  proto::DigestRangesRequest request;
+  request.set_incarnation(incarnation());
+  for (const PoolRange& r : ranges) {
+    proto::DigestRange* range = request.add_ranges();
+    range->set_offset(r.offset);
+    range->set_length(r.length);
+  }
+  proto::DigestRangesReply reply;
+  grpc::ClientContext ctx;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->DigestRanges(NewContext(ctx), request, &reply),
+               absl::StrCat("digests from ", Describe())));
+  if (reply.digests_size() != request.ranges_size()) {
+    return absl::UnavailableError(absl::StrCat(
+        Describe(), " answered ", reply.digests_size(), " digests for ",
+        request.ranges_size(), " ranges; retry"));
+  }
+  return std::vector<uint64_t>(reply.digests().begin(), reply.digests().end());
+}
+
 absl::StatusOr<std::string> NodeConnection::Handshake(
     const std::string& request) {
   proto::HandshakeRequest message;

@@ -131,6 +131,18 @@ class NodeConnection {
 
   absl::StatusOr<proto::NodeStats> GetStats();
 
+  // A range of pool memory: (pool offset, length).
+  struct PoolRange {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  // XXH3-64 of each range, computed by the node (DigestRanges RPC), in
+  // order. InvalidArgument when a range is not inside one region slab or
+  // the total is over store::kMaxDigestBytes; FailedPrecondition when the
+  // node restarted; Unavailable when it cannot be reached.
+  absl::StatusOr<std::vector<uint64_t>> DigestRanges(
+      absl::Span<const PoolRange> ranges);
+
   // Sends a transport's connection request to the node's Handshake RPC.
   absl::StatusOr<std::string> Handshake(const std::string& request);
 

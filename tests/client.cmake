@@ -3,3 +3,19 @@
 meshpool_test(client_sim_test
   SOURCES client_sim_test.cc
   LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)
+# Regions through the client: a coordinator and three nodes in one process,
+# the data path on the simulated fabric (and one large-transfer test over
+# TCP loopback; MESHPOOL_REGION_BENCH_MIB=256 makes it a throughput check).
+meshpool_test(client_region_sim_test
+  SOURCES client_region_sim_test.cc
+  LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)
+# safetensors headers and index files: strict parsing, every malformed case.
+meshpool_test(client_safetensors_test
+  SOURCES client_safetensors_test.cc
+  LIBS meshpool_weights meshpool_common)
+# Model weights: load, list, read, slice, replace and remove models on an
+# in-process cluster over the simulated fabric; malformed files rejected.
+meshpool_test(client_weights_test
+  SOURCES client_weights_test.cc
+  LIBS meshpool_weights meshpool_client meshpool_store meshpool_placement
+       meshpool_rdma)

@@ -3,17 +3,18 @@
 # twice: over TCP, and over verbs (label `verbs`: run in the Soft-RoCE VM;
 # elsewhere its tests skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
 set(MESHPOOL_INTEGRATION_SOURCES
-  integration_test.cc integration_fault_test.cc integration_cli_test.cc)
+  integration_test.cc integration_fault_test.cc integration_cli_test.cc
+  integration_region_test.cc integration_weights_test.cc)
 meshpool_test(integration_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
-  LIBS meshpool_tools meshpool_client meshpool_placement
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
   LABELS integration
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="tcp")
 add_dependencies(integration_test meshpool)
 meshpool_test(integration_verbs_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
-  LIBS meshpool_tools meshpool_client meshpool_placement
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
   LABELS verbs
   PREFIX verbs.
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"

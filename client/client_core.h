@@ -1,0 +1,105 @@
+// ClientCore: what a Client shares with the Regions it opened — the
+// coordinator stub, the cluster map (fetched, then watched), one
+// NodeConnection per node process, the transports those use, and the caller
+// buffers registered for zero-copy transfers.
+//
+// Held by shared_ptr: the Client owns one reference and every Region it
+// opened another, so a Region never points into a destroyed client.
+// Thread-safe.
+#ifndef MESHPOOL_CLIENT_CLIENT_CORE_H_
+#define MESHPOOL_CLIENT_CLIENT_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/buffer_registry.h"
+#include "client/kv_protocol.h"
+#include "client/meshpool/client.h"
+#include "client/node_connection.h"
+#include "placement/placement.h"
+#include "proto/meshpool.pb.h"
+#include "rdma/rdma.h"
+
+namespace meshpool::client_internal {
+
+class ClientCore {
+ public:
+  // Connects to the coordinator, fetches the cluster map and starts
+  // watching it. Unavailable when the coordinator cannot be reached.
+  // REQUIRES: options.coordinator is set.
+  static absl::StatusOr<std::shared_ptr<ClientCore>> Start(
+      ClientOptions options);
+  ClientCore(const ClientCore&) = delete;
+  ClientCore& operator=(const ClientCore&) = delete;
+
+  const ClientOptions& options() const { return options_; }
+  placement::CoordinatorClient& coordinator() { return *coordinator_; }
+
+  // The map this client routes by now (never null after Start).
+  std::shared_ptr<const proto::ClusterMap> CurrentMap();
+  // Fetches the map from the coordinator now (Unavailable if it cannot).
+  absl::Status RefreshMap();
+
+  // The connection to the node process `info` describes, made on first use
+  // (lanes connect lazily). Connections to nodes that died or restarted are
+  // dropped when a map without them arrives. FailedPrecondition when the
+  // node's transport is one this client cannot use.
+  absl::StatusOr<std::shared_ptr<NodeConnection>> Connection(
+      const proto::NodeInfo& info);
+  // The connection to `key`'s home node; Unavailable when no node is alive.
+  absl::StatusOr<std::shared_ptr<NodeConnection>> Route(const KeyRef& key);
+
+  // Client::RegisterBuffer.
+  absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>> Register(
+      void* addr, size_t length);
+  // The lkey when [data, data + size) lies in a buffer registered with the
+  // transport `node` is reached by.
+  std::optional<uint32_t> RegisteredLkey(const void* data, size_t size,
+                                         const NodeConnection& node) const {
+    if (size == 0) return std::nullopt;
+    return buffers_->Find(data, size, &node.transport());
+  }
+
+  uint64_t NextSequence(uint64_t n = 1) { return sequence_.fetch_add(n); }
+
+ private:
+  explicit ClientCore(ClientOptions options);
+  absl::Status Init();
+  // Adopts `map` when it is newer (see client_core.cc).
+  void OnMap(const proto::ClusterMap& map, bool from_watch = false);
+  static std::string ConnKey(const proto::NodeInfo& info);
+  std::string DataScheme();
+  absl::StatusOr<rdma::Transport*> TransportFor(absl::string_view address);
+
+  const ClientOptions options_;
+  const std::string client_id_;
+  const std::shared_ptr<BufferRegistry> buffers_ =
+      std::make_shared<BufferRegistry>();
+  // Object headers carry it, so it starts at random: two clients' objects
+  // of the same key and size never have identical headers (and digest
+  // seeds).
+  std::atomic<uint64_t> sequence_;
+  std::unique_ptr<placement::CoordinatorClient> coordinator_;
+  absl::Mutex mu_;
+  std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<rdma::Transport> verbs_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Connections go before the transport they use.
+  absl::flat_hash_map<std::string, std::shared_ptr<NodeConnection>> connections_
+      ABSL_GUARDED_BY(mu_);
+  // Stops first: no map callback runs into a half-destroyed core.
+  std::unique_ptr<placement::CoordinatorClient::Watch> watch_;
+};
+
+}  // namespace meshpool::client_internal
+
+#endif  // MESHPOOL_CLIENT_CLIENT_CORE_H_

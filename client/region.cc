@@ -1,0 +1,440 @@
+#include "client/region.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "client/region_transfer.h"
+#include "common/common.h"
+#include "placement/placement.h"
+#include "placement/region_layout.h"
+#include "store/store.h"
+#include "xxhash.h"
+
+namespace meshpool::client_internal {
+
+// The public limits are the coordinator's.
+static_assert(kDefaultStripeBytes == placement::kDefaultStripeBytes);
+static_assert(kMaxRegionNameBytes == placement::kMaxRegionNameBytes);
+
+namespace {
+
+// Bytes one DigestRanges call asks a node to hash (a stripe is at most a
+// slab, so one stripe piece always fits).
+constexpr uint64_t kVerifyBytesPerCall = uint64_t{64} << 20;
+static_assert(kVerifyBytesPerCall <= store::kMaxDigestBytes);
+
+// Which node process holds an extent's slabs.
+struct ExtentOwner {
+  std::string node_id;
+  uint64_t incarnation = 0;
+};
+
+// Per extent, the connection to its node process while the cluster map
+// shows that process alive (null otherwise), as of one map.
+struct Liveness {
+  std::shared_ptr<const proto::ClusterMap> map;
+  std::vector<std::shared_ptr<NodeConnection>> live;
+};
+
+class RegionImpl : public Region {
+ public:
+  RegionImpl(std::shared_ptr<ClientCore> core, const proto::RegionInfo& info,
+             placement::RegionLayout layout)
+      : core_(std::move(core)), name_(info.name()), layout_(std::move(layout)) {
+    for (const proto::RegionExtent& e : info.extents()) {
+      extents_.push_back({e.node_id(), e.incarnation()});
+    }
+  }
+
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return layout_.size(); }
+  uint64_t stripe_bytes() const override { return layout_.stripe_bytes(); }
+  uint32_t replicas() const override { return layout_.replicas(); }
+
+  absl::Status Read(uint64_t offset, absl::Span<char> out) override {
+    MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+    return Transfer(TransferKind::kRead, offset, out.data(), out.size());
+  }
+
+  absl::Status Write(uint64_t offset, absl::Span<const char> data) override {
+    MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, data.size()));
+    // WRITEs only read from local memory.
+    return Transfer(TransferKind::kWrite, offset,
+                    const_cast<char*>(data.data()), data.size());
+  }
+
+  absl::Status Verify(uint64_t offset, absl::Span<const char> data) override;
+
+  absl::StatusOr<uint64_t> CompareAndSwap(uint64_t offset, uint64_t expected,
+                                          uint64_t desired) override {
+    return Atomic(rdma::Opcode::kCompareSwap, offset, expected, desired);
+  }
+
+  absl::StatusOr<uint64_t> FetchAdd(uint64_t offset, uint64_t delta) override {
+    return Atomic(rdma::Opcode::kFetchAdd, offset, delta, 0);
+  }
+
+ private:
+  absl::Status CheckRange(uint64_t offset, uint64_t length) const {
+    if (offset <= size() && length <= size() - offset) return absl::OkStatus();
+    return absl::OutOfRangeError(
+        absl::StrCat("bytes [", offset, ", ", offset + length,
+                     ") are past the end of region '", name_, "', which is ",
+                     size(), " bytes; keep offset + length <= ", size()));
+  }
+
+  absl::StatusOr<std::shared_ptr<const Liveness>> Resolve();
+  // Fills `out` from `map`; sets *unknown when some extent's node is not in
+  // the map at all.
+  absl::Status Fill(const std::shared_ptr<const proto::ClusterMap>& map,
+                    Liveness* out, bool* unknown);
+  absl::Status Transfer(TransferKind kind, uint64_t offset, char* local,
+                        uint64_t length);
+  absl::Status TransferWith(const Liveness& liveness, TransferKind kind,
+                            uint64_t offset, char* local, uint64_t length);
+  absl::StatusOr<uint64_t> Atomic(rdma::Opcode op, uint64_t offset,
+                                  uint64_t compare_add, uint64_t swap);
+  absl::Status NoLiveCopy(uint64_t stripe) const;
+
+  const std::shared_ptr<ClientCore> core_;
+  const std::string name_;
+  const placement::RegionLayout layout_;
+  std::vector<ExtentOwner> extents_;  // set once in the constructor
+  absl::Mutex mu_;
+  std::shared_ptr<const Liveness> liveness_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status RegionImpl::Fill(
+    const std::shared_ptr<const proto::ClusterMap>& map, Liveness* out,
+    bool* unknown) {
+  absl::flat_hash_map<absl::string_view, const proto::NodeEntry*> by_id;
+  for (const proto::NodeEntry& e : map->nodes()) {
+    by_id[e.info().node_id()] = &e;
+  }
+  out->map = map;
+  out->live.assign(extents_.size(), nullptr);
+  for (size_t i = 0; i < extents_.size(); ++i) {
+    auto it = by_id.find(extents_[i].node_id);
+    if (it == by_id.end()) {
+      *unknown = true;
+      continue;
+    }
+    const proto::NodeEntry& e = *it->second;
+    if (e.state() != proto::NODE_ALIVE ||
+        e.info().incarnation() != extents_[i].incarnation) {
+      continue;  // dead, or restarted: that process's memory is gone
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(out->live[i], core_->Connection(e.info()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Liveness>> RegionImpl::Resolve() {
+  std::shared_ptr<const proto::ClusterMap> map = core_->CurrentMap();
+  {
+    absl::MutexLock lock(&mu_);
+    if (liveness_ && liveness_->map == map) return liveness_;
+  }
+  auto liveness = std::make_shared<Liveness>();
+  bool unknown = false;
+  MESHPOOL_RETURN_IF_ERROR(Fill(map, liveness.get(), &unknown));
+  // A node this client has not heard of yet (the region is newer than our
+  // map): ask the coordinator once. Still unknown afterwards: not live.
+  if (unknown && core_->RefreshMap().ok()) {
+    map = core_->CurrentMap();
+    MESHPOOL_RETURN_IF_ERROR(Fill(map, liveness.get(), &unknown));
+  }
+  absl::MutexLock lock(&mu_);
+  liveness_ = liveness;
+  return std::shared_ptr<const Liveness>(std::move(liveness));
+}
+
+absl::Status RegionImpl::Transfer(TransferKind kind, uint64_t offset,
+                                  char* local, uint64_t length) {
+  if (length == 0) return absl::OkStatus();
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
+                            Resolve());
+  absl::Status s = TransferWith(*liveness, kind, offset, local, length);
+  if (s.code() != absl::StatusCode::kUnavailable) return s;
+  // A node failed mid-way. If the coordinator already knows it is gone, the
+  // other copies serve (or take) its stripes: go again once. Both a READ
+  // and a WRITE of the same bytes may safely run twice.
+  if (!core_->RefreshMap().ok()) return s;
+  absl::StatusOr<std::shared_ptr<const Liveness>> again = Resolve();
+  if (!again.ok() || (*again)->live == liveness->live) return s;
+  return TransferWith(**again, kind, offset, local, length);
+}
+
+absl::Status RegionImpl::TransferWith(const Liveness& liveness,
+                                      TransferKind kind, uint64_t offset,
+                                      char* local, uint64_t length) {
+  std::vector<NodeTransfer> transfers;
+  // Index into `transfers` per extent (-1: none yet).
+  std::vector<int> transfer_of(extents_.size(), -1);
+  auto transfer_for = [&](int extent) -> NodeTransfer& {
+    if (transfer_of[extent] < 0) {
+      const std::shared_ptr<NodeConnection>& node = liveness.live[extent];
+      auto same =
+          std::find_if(transfers.begin(), transfers.end(),
+                       [&](const NodeTransfer& t) { return t.node == node; });
+      transfer_of[extent] = static_cast<int>(same - transfers.begin());
+      if (same == transfers.end()) transfers.push_back({node, {}, {}});
+    }
+    return transfers[transfer_of[extent]];
+  };
+  const uint64_t stripe_bytes = layout_.stripe_bytes();
+  const uint64_t end = offset + length;
+  for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
+       ++stripe) {
+    uint64_t in_stripe = pos - stripe * stripe_bytes;
+    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
+    bool any = false;
+    for (uint32_t r = 0; r < layout_.replicas(); ++r) {
+      placement::StripeCopy copy = layout_.Copy(stripe, r);
+      if (!liveness.live[copy.extent]) continue;
+      transfer_for(copy.extent)
+          .segments.push_back(
+              {local + (pos - offset), copy.pool_offset + in_stripe, n});
+      any = true;
+      if (kind == TransferKind::kRead) break;  // one copy serves a read
+    }
+    if (!any) return NoLiveCopy(stripe);
+    pos += n;
+  }
+  for (NodeTransfer& t : transfers) {
+    t.lkey = core_->RegisteredLkey(local, length, *t.node);
+  }
+  return RunTransfers(kind, transfers);
+}
+
+// One stripe's bytes on one copy, for Verify.
+struct VerifyPiece {
+  const char* local;
+  uint64_t pool_offset;
+  uint64_t length;
+  uint64_t stripe;
+};
+
+absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
+  MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, data.size()));
+  if (data.empty()) return absl::OkStatus();
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
+                            Resolve());
+  // Every live copy of every stripe the range touches, by node.
+  std::vector<std::pair<std::shared_ptr<NodeConnection>,
+                        std::vector<VerifyPiece>>> by_node;
+  const uint64_t stripe_bytes = layout_.stripe_bytes();
+  const uint64_t end = offset + data.size();
+  for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
+       ++stripe) {
+    uint64_t in_stripe = pos - stripe * stripe_bytes;
+    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
+    bool any = false;
+    for (uint32_t r = 0; r < layout_.replicas(); ++r) {
+      placement::StripeCopy copy = layout_.Copy(stripe, r);
+      const std::shared_ptr<NodeConnection>& node = liveness->live[copy.extent];
+      if (!node) continue;
+      auto it = std::find_if(by_node.begin(), by_node.end(),
+                             [&](const auto& e) { return e.first == node; });
+      if (it == by_node.end()) {
+        by_node.push_back({node, {}});
+        it = by_node.end() - 1;
+      }
+      it->second.push_back({data.data() + (pos - offset),
+                            copy.pool_offset + in_stripe, n, stripe});
+      any = true;
+    }
+    if (!any) return NoLiveCopy(stripe);
+    pos += n;
+  }
+  // Nodes hash in parallel; each call stays under the node's limit.
+  std::vector<absl::Status> results(by_node.size());
+  auto check_node = [&](size_t i) {
+    NodeConnection& node = *by_node[i].first;
+    const std::vector<VerifyPiece>& pieces = by_node[i].second;
+    for (size_t first = 0; first < pieces.size();) {
+      std::vector<NodeConnection::PoolRange> ranges;
+      uint64_t bytes = 0;
+      size_t last = first;
+      while (last < pieces.size() &&
+             (ranges.empty() ||
+              bytes + pieces[last].length <= kVerifyBytesPerCall)) {
+        ranges.push_back({pieces[last].pool_offset, pieces[last].length});
+        bytes += pieces[last].length;
+        ++last;
+      }
+      absl::StatusOr<std::vector<uint64_t>> digests = node.DigestRanges(ranges);
+      if (!digests.ok()) {
+        results[i] = digests.status();
+        return;
+      }
+      for (size_t p = first; p < last; ++p) {
+        const VerifyPiece& piece = pieces[p];
+        if (XXH3_64bits(piece.local, piece.length) != (*digests)[p - first]) {
+          results[i] = absl::DataLossError(absl::StrCat(
+              "region '", name_, "': stripe ", piece.stripe, " on ",
+              node.Describe(), " does not hold the bytes written at offset ",
+              piece.local - data.data() + offset, " (", piece.length,
+              " bytes); write them again, or check the node (meshpool stat)"));
+          return;
+        }
+      }
+      first = last;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < by_node.size(); ++i) threads.emplace_back(check_node, i);
+  check_node(0);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) MESHPOOL_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RegionImpl::Atomic(rdma::Opcode op, uint64_t offset,
+                                            uint64_t compare_add,
+                                            uint64_t swap) {
+  if (offset % rdma::kAtomicBytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "atomic at offset ", offset, " of region '", name_,
+        "' is not 8-byte aligned; atomics work on aligned 8-byte words"));
+  }
+  MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, rdma::kAtomicBytes));
+  if (replicas() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "region '", name_, "' has ", replicas(),
+        " replicas and an atomic would change one copy only; use atomics on "
+        "a region created with replicas = 1"));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
+                            Resolve());
+  uint64_t stripe = offset / layout_.stripe_bytes();
+  placement::StripeCopy copy = layout_.Copy(stripe, 0);
+  const std::shared_ptr<NodeConnection>& node = liveness->live[copy.extent];
+  if (!node) return NoLiveCopy(stripe);
+  // Stripes are multiples of 8 bytes long, so the word never straddles two.
+  return RunAtomic(*node, op,
+                   copy.pool_offset + offset - stripe * layout_.stripe_bytes(),
+                   compare_add, swap);
+}
+
+absl::Status RegionImpl::NoLiveCopy(uint64_t stripe) const {
+  std::vector<std::string> holders;
+  for (uint32_t r = 0; r < layout_.replicas(); ++r) {
+    const ExtentOwner& owner = extents_[layout_.Copy(stripe, r).extent];
+    holders.push_back(
+        absl::StrCat(owner.node_id, " (incarnation ", owner.incarnation, ")"));
+  }
+  return absl::DataLossError(absl::StrCat(
+      "stripe ", stripe, " of region '", name_,
+      "' has no live copy: ", absl::StrJoin(holders, ", "),
+      holders.size() == 1 ? " died or restarted" : " all died or restarted",
+      ", so its bytes are gone; delete the region and create it again"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Region>> MakeRegion(
+    std::shared_ptr<ClientCore> core, const proto::RegionInfo& info) {
+  absl::StatusOr<placement::RegionLayout> layout =
+      placement::RegionLayout::Create(info);
+  if (!layout.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "region '", info.name(), "' has a malformed placement table (",
+        layout.status().message(),
+        "); its bytes cannot be located: delete the region and create it "
+        "again"));
+  }
+  return std::unique_ptr<Region>(
+      new RegionImpl(std::move(core), info, *std::move(layout)));
+}
+
+absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
+    std::shared_ptr<ClientCore> core, absl::string_view name, uint64_t size,
+    const RegionOptions& options) {
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  if (size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region '", name, "' needs a size above 0 bytes"));
+  }
+  if (options.replicas < 1 || options.replicas > placement::kMaxReplicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region '", name, "' asks for ", options.replicas,
+                     " replicas; use 1 to ", placement::kMaxReplicas));
+  }
+  if (options.stripe_bytes % placement::kStripeAlign != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stripe size ", options.stripe_bytes, " of region '", name,
+        "' is not a multiple of ", placement::kStripeAlign, " bytes; use e.g. ",
+        FormatSize(kDefaultStripeBytes), " (or 0 for the default)"));
+  }
+  proto::CreateRegionRequest request;
+  request.set_name(std::string(name));
+  request.set_size(size);
+  request.set_stripe_bytes(options.stripe_bytes);
+  request.set_replicas(options.replicas);
+  MESHPOOL_ASSIGN_OR_RETURN(proto::RegionInfo info,
+                            core->coordinator().CreateRegion(request));
+  return MakeRegion(std::move(core), info);
+}
+
+absl::StatusOr<std::unique_ptr<Region>> OpenRegion(
+    std::shared_ptr<ClientCore> core, absl::string_view name) {
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  MESHPOOL_ASSIGN_OR_RETURN(proto::RegionInfo info,
+                            core->coordinator().GetRegion(name));
+  return MakeRegion(std::move(core), info);
+}
+
+absl::Status DeleteRegion(ClientCore& core, absl::string_view name) {
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  return core.coordinator().DeleteRegion(name);
+}
+
+absl::Status RenameRegion(ClientCore& core, absl::string_view from,
+                          absl::string_view to, bool replace) {
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(from));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(to));
+  return core.coordinator().RenameRegion(from, to, replace);
+}
+
+absl::StatusOr<std::vector<RegionDescription>> ListRegions(
+    ClientCore& core, absl::string_view prefix) {
+  if (prefix.size() > kMaxRegionNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region name prefix is ", prefix.size(),
+                     " bytes; names are at most ", kMaxRegionNameBytes));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(std::vector<proto::RegionInfo> regions,
+                            core.coordinator().ListRegions(prefix));
+  std::vector<RegionDescription> out;
+  out.reserve(regions.size());
+  for (const proto::RegionInfo& info : regions) {
+    out.push_back(Describe(info));
+  }
+  return out;
+}
+
+RegionDescription Describe(const proto::RegionInfo& info) {
+  RegionDescription d;
+  d.name = info.name();
+  d.size = info.size();
+  d.stripe_bytes = info.stripe_bytes();
+  d.replicas = std::max<uint32_t>(info.replicas(), 1);
+  for (const proto::RegionExtent& e : info.extents()) {
+    if (std::find(d.nodes.begin(), d.nodes.end(), e.node_id()) ==
+        d.nodes.end()) {
+      d.nodes.push_back(e.node_id());
+    }
+  }
+  d.created = absl::FromUnixMillis(info.created_unix_ms());
+  return d;
+}
+
+}  // namespace meshpool::client_internal

@@ -1,0 +1,97 @@
+// Region data movement (internal to client/): one-sided READs and WRITEs of
+// many byte ranges on many memory nodes at once. Nodes transfer
+// concurrently (one thread per lane in use); a node's share of a large
+// transfer is cut into contiguous parts moved on up to
+// kMaxRegionLanesPerNode lanes at once; on each lane the requests are
+// pipelined (several posts in flight, a bounded number of bytes and
+// requests), never one round trip per range.
+//
+// Local memory inside a registered caller buffer (Client::RegisterBuffer)
+// moves straight to or from the node's pool; other memory is staged through
+// the lane's registered staging buffer, at most kRegionStagingBytes per lane
+// at a time, in two halves so that copying one overlaps the transfer of the
+// other.
+//
+// Functions are thread-safe as long as the NodeConnections are; each takes
+// lanes for its duration only.
+#ifndef MESHPOOL_CLIENT_REGION_TRANSFER_H_
+#define MESHPOOL_CLIENT_REGION_TRANSFER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/node_connection.h"
+#include "rdma/rdma.h"
+
+namespace meshpool::client_internal {
+
+// Staging one lane uses at most at a time (two halves).
+inline constexpr uint64_t kRegionStagingBytes = uint64_t{4} << 20;
+// Bytes of one direct (registered-memory) post; a lane keeps at most
+// kDirectPostsInFlight of them in flight.
+inline constexpr uint64_t kDirectPostBytes = uint64_t{8} << 20;
+inline constexpr size_t kDirectPostsInFlight = 4;
+// Lanes one node's share of a transfer uses at most at once...
+inline constexpr size_t kMaxRegionLanesPerNode = 4;
+// ...each taking at least this many bytes (smaller shares stay on one lane:
+// a thread per lane costs more than it saves on small transfers).
+inline constexpr uint64_t kMinBytesPerLane = uint64_t{2} << 20;
+static_assert(kRegionStagingBytes % 2 == 0 &&
+              kRegionStagingBytes / 2 <= rdma::kMaxTransferBytes);
+static_assert(kDirectPostBytes <= rdma::kMaxTransferBytes);
+// A post carries at most kMaxBatch requests, and a lane posts only while
+// its requests in flight stay within kMaxOutstanding: two full posts must
+// fit, or nothing would overlap.
+static_assert(rdma::kMaxOutstanding >= 2 * rdma::kMaxBatch);
+static_assert(kDirectPostsInFlight >= 2);
+
+enum class TransferKind { kRead, kWrite };
+
+// `length` bytes at `pool_offset` in a node's pool, to (READ) or from
+// (WRITE) `local`.
+struct Segment {
+  char* local = nullptr;
+  uint64_t pool_offset = 0;
+  uint64_t length = 0;
+};
+
+// Everything one operation moves to or from one node.
+struct NodeTransfer {
+  std::shared_ptr<NodeConnection> node;
+  std::vector<Segment> segments;
+  // Set when every segment's local memory lies in a buffer registered with
+  // the node's transport: its lkey (direct transfer, no staging).
+  std::optional<uint32_t> lkey;
+};
+
+// Moves every segment of every transfer, in parallel across nodes and
+// lanes. Writes are flushed (a READ after them on the same lane) before
+// this returns, so a later Read by anyone sees them. Returns OK or the
+// first error: Unavailable when a node failed mid-way (its lane is
+// discarded), ResourceExhausted when staging memory cannot be had. On
+// error, READ destinations hold unspecified bytes and a WRITE may have
+// landed in part.
+absl::Status RunTransfers(TransferKind kind,
+                          absl::Span<const NodeTransfer> transfers);
+
+// Cuts `segments` (total `bytes`) into `parts` contiguous shares of nearly
+// equal size, splitting segments where needed. Exposed for tests.
+std::vector<std::vector<Segment>> SplitSegments(
+    absl::Span<const Segment> segments, uint64_t bytes, size_t parts);
+
+// One 8-byte atomic (kCompareSwap or kFetchAdd) on the word at
+// `pool_offset`; returns the word's previous value. Unavailable when the
+// node fails.
+absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
+                                   uint64_t pool_offset, uint64_t compare_add,
+                                   uint64_t swap);
+
+}  // namespace meshpool::client_internal
+
+#endif  // MESHPOOL_CLIENT_REGION_TRANSFER_H_
