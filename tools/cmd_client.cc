@@ -17,14 +17,28 @@
 namespace meshpool::tools {
 namespace {
 
-void DefineCoordinatorFlag(Flags& flags) {
+absl::StatusOr<std::string> ReadInput(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+void DefineClientFlags(Flags& flags) {
   flags.Define("coordinator", "",
                "coordinator HOST:PORT (default: $MESHPOOL_COORDINATOR)");
   DefineTransportFlags(flags, /*with_transport=*/false);
 }
 
-// Parses and connects; on failure returns the exit status in *rc.
-std::unique_ptr<Client> Open(Flags& flags, int argc, char** argv,
+std::unique_ptr<Client> OpenClient(Flags& flags, int argc, char** argv,
                              const char* command, size_t min_positional,
                              size_t max_positional, int* rc) {
   if (int parsed = ParseFlags(flags, argc, argv, command); parsed >= 0) {
@@ -59,27 +73,12 @@ std::unique_ptr<Client> Open(Flags& flags, int argc, char** argv,
   return *std::move(client);
 }
 
-absl::StatusOr<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  }
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-}  // namespace
-
 int RunPut(int argc, char** argv) {
   Flags flags("meshpool put KEY [FILE|-]",
               "Stores the contents of FILE (or stdin, the default) under KEY.");
-  DefineCoordinatorFlag(flags);
+  DefineClientFlags(flags);
   int rc = 0;
-  auto client = Open(flags, argc, argv, "put", 1, 2, &rc);
+  auto client = OpenClient(flags, argc, argv, "put", 1, 2, &rc);
   if (!client) return rc;
   const auto& args = flags.positional();
   auto value = ReadInput(args.size() > 1 ? args[1] : "-");
@@ -94,11 +93,11 @@ int RunPut(int argc, char** argv) {
 int RunGet(int argc, char** argv) {
   Flags flags("meshpool get KEY [-o FILE]",
               "Writes the value of KEY to stdout, or to FILE with -o.");
-  DefineCoordinatorFlag(flags);
+  DefineClientFlags(flags);
   flags.Define("output", "", "write the value to this file instead of stdout");
   flags.Alias("o", "output");
   int rc = 0;
-  auto client = Open(flags, argc, argv, "get", 1, 1, &rc);
+  auto client = OpenClient(flags, argc, argv, "get", 1, 1, &rc);
   if (!client) return rc;
   auto value = client->Get(flags.positional()[0]);
   if (!value.ok()) return Fail("get", value.status());
@@ -118,9 +117,9 @@ int RunGet(int argc, char** argv) {
 
 int RunDel(int argc, char** argv) {
   Flags flags("meshpool del KEY", "Deletes KEY.");
-  DefineCoordinatorFlag(flags);
+  DefineClientFlags(flags);
   int rc = 0;
-  auto client = Open(flags, argc, argv, "del", 1, 1, &rc);
+  auto client = OpenClient(flags, argc, argv, "del", 1, 1, &rc);
   if (!client) return rc;
   absl::Status s = client->Delete(flags.positional()[0]);
   if (!s.ok()) return Fail("del", s);
@@ -149,10 +148,10 @@ std::string JsonString(absl::string_view s) {
 int RunStat(int argc, char** argv) {
   Flags flags("meshpool stat [--json]",
               "Shows the cluster map: nodes, capacity, used bytes, objects.");
-  DefineCoordinatorFlag(flags);
+  DefineClientFlags(flags);
   flags.DefineBool("json", "print JSON");
   int rc = 0;
-  auto client = Open(flags, argc, argv, "stat", 0, 0, &rc);
+  auto client = OpenClient(flags, argc, argv, "stat", 0, 0, &rc);
   if (!client) return rc;
   auto status = client->Status();
   if (!status.ok()) return Fail("stat", status.status());
@@ -203,7 +202,7 @@ int RunBench(int argc, char** argv) {
               "[--read-fraction F] [--duration D]",
               "Loads the cluster with GETs and PUTs and prints ops/s, GB/s "
               "and p50/p99/p999 latency. Every GET is checked byte for byte.");
-  DefineCoordinatorFlag(flags);
+  DefineClientFlags(flags);
   flags.Define("value-size", "4KiB", "value size");
   flags.Define("threads", "4", "client threads");
   flags.Define("batch", "1",
@@ -215,7 +214,7 @@ int RunBench(int argc, char** argv) {
   flags.Define("keys", "1000", "key space (written once before timing)");
   flags.Define("seed", "1", "seed for key choice");
   int rc = 0;
-  auto client = Open(flags, argc, argv, "bench", 0, 0, &rc);
+  auto client = OpenClient(flags, argc, argv, "bench", 0, 0, &rc);
   if (!client) return rc;
   WorkloadOptions w;
   auto size = flags.GetSize("value-size");

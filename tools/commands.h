@@ -3,7 +3,11 @@
 #ifndef MESHPOOL_TOOLS_COMMANDS_H_
 #define MESHPOOL_TOOLS_COMMANDS_H_
 
+#include <cstddef>
+#include <memory>
+
 #include "absl/status/status.h"
+#include "meshpool/client.h"
 
 namespace meshpool::tools {
 
@@ -17,8 +21,20 @@ int RunDel(int argc, char** argv);
 int RunStat(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
+int RunWeights(int argc, char** argv);
 
 class Flags;
+
+// Declares the flags every client command takes: --coordinator and the
+// RDMA device flags.
+void DefineClientFlags(Flags& flags);
+
+// Parses a client command's flags, checks it got min..max positional
+// arguments and connects. On failure returns null with the exit status in
+// *rc (help printed, usage error, or no coordinator).
+std::unique_ptr<Client> OpenClient(Flags& flags, int argc, char** argv,
+                                   const char* command, size_t min_positional,
+                                   size_t max_positional, int* rc);
 
 // Parses a subcommand's flags. Returns -1 to go on; otherwise the exit status
 // to return at once (after printing --help, or the usage error).

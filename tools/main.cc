@@ -26,6 +26,8 @@ constexpr Command kCommands[] = {
     {"stat", meshpool::tools::RunStat, "show nodes, capacity, use, objects"},
     {"bench", meshpool::tools::RunBench,
      "measure ops/s, GB/s and latency percentiles"},
+    {"weights", meshpool::tools::RunWeights,
+     "load, list, fetch and remove model weights (safetensors)"},
     {"doctor", meshpool::tools::RunDoctor,
      "check this host's RDMA setup and say how to fix it"},
 };
