@@ -8,24 +8,22 @@
 //      one registered buffer (target >= 0.85 x raw read), then checks every
 //      byte against the XXH3 recorded when the model was generated,
 // and, with --breakdown (the default), the pieces a load is made of:
-// CreateRegion's allocate + zero-fill, Region::Write/Read in the loader's
-// 8 MiB calls, the loader's copy loop alone (pread, write, read back, hash),
-// file reads and XXH3. Prints one table. It starts a local cluster itself
-// unless --coordinator is given.
+// CreateRegion, Region::Write/Verify/Read in the loader's 8 MiB calls, the
+// loader's per-piece pattern alone (pread + Write + Verify + chunk
+// digests), how long the real load took to its first piece (parse, plan,
+// CreateRegion of the model region), file reads and XXH3. Prints one table.
+// It starts a local cluster itself unless --coordinator is given.
 // Exit status: 0 when every phase ran and every byte was right (targets
 // missed or not), 1 on any error or wrong byte, 2 for bad flags.
 // See bench/weights_bench.sh.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -55,7 +53,8 @@ namespace meshpool::bench {
 namespace {
 
 // The region phases of --breakdown move pieces of this size per call, as
-// the loader does (kLoadIoBytes in client/weights_load.cc).
+// the loader does (kLoadIoBytes, private to client/weights_load.cc: keep
+// the two equal).
 constexpr uint64_t kLoaderIoBytes = uint64_t{8} << 20;
 // Page alignment of each tensor in the read buffer.
 constexpr uint64_t kReadAlign = 4096;
@@ -106,8 +105,9 @@ void DefineFlags(tools::Flags& flags) {
   flags.Define("raw-time", "2s",
                "each raw direction repeats passes for at least this long");
   flags.Define("breakdown", "1",
-               "1: also time Region::Write/Read, the loader's write + "
-               "read-back pattern, file reads and XXH3; 0: skip");
+               "1: also time CreateRegion, Region::Write/Verify/Read, the "
+               "loader's pread + Write + Verify pattern, file reads and "
+               "XXH3; 0: skip");
   flags.Define("seed", "1", "seed of the model's sizes and bytes");
   flags.Define("dir", "",
                "where the model's temporary directory goes (default: "
@@ -181,78 +181,37 @@ std::string Passes(int n) {
   return absl::StrCat(n, n == 1 ? " pass" : " passes");
 }
 
-// The shards cut into kLoaderIoBytes pieces, as the loader reads them.
-struct FilePiece {
-  size_t file = 0;
-  uint64_t at = 0, n = 0;
-};
-absl::StatusOr<std::vector<FilePiece>> ShardPieces(const GeneratedModel& model,
-                                                   uint64_t* bytes) {
-  std::vector<FilePiece> pieces;
-  *bytes = 0;
-  for (size_t f = 0; f < model.files.size(); ++f) {
-    std::error_code ec;
-    const uint64_t size = std::filesystem::file_size(model.files[f], ec);
-    if (ec) {
-      return absl::NotFoundError(
-          absl::StrCat(model.files[f], ": ", ec.message()));
-    }
-    for (uint64_t at = 0; at < size; at += kLoaderIoBytes) {
-      pieces.push_back({f, at, std::min(kLoaderIoBytes, size - at)});
-    }
-    *bytes += size;
-  }
-  return pieces;
-}
-
-absl::Status ReadPiece(const GeneratedModel& model, const FilePiece& p,
-                       char* out) {
-  const int fd = ::open(model.files[p.file].c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, model.files[p.file]);
-  const bool ok = ::pread(fd, out, p.n, static_cast<off_t>(p.at)) ==
-                  static_cast<ssize_t>(p.n);
-  ::close(fd);
-  return ok ? absl::OkStatus()
-            : absl::DataLossError(
-                  absl::StrCat("short read of ", model.files[p.file]));
-}
-
-// One work step of the loader's copy loop on `p`, at region offset `at`;
-// without `read_back`, only the file read, the WRITE and the chunk digests.
+// One piece of the loader's copy loop (Copier::CopyItem in
+// client/weights_load.cc) at region offset `at`: pread into `src`
+// (registered), Region::Write, Region::Verify (the nodes hash their copies;
+// nothing is read back), then XXH3 of each 1 MiB chunk for the manifest.
 absl::Status CopyPiece(const GeneratedModel& model, const FilePiece& p,
-                       Region& region, uint64_t at, char* src, char* back,
-                       bool read_back, std::atomic<uint64_t>& sink) {
+                       Region& region, uint64_t at, char* src,
+                       std::atomic<uint64_t>& sink) {
   MESHPOOL_RETURN_IF_ERROR(ReadPiece(model, p, src));
-  MESHPOOL_RETURN_IF_ERROR(region.Write(at, absl::MakeConstSpan(src, p.n)));
+  const auto data = absl::MakeConstSpan(src, p.n);
+  MESHPOOL_RETURN_IF_ERROR(region.Write(at, data));
+  MESHPOOL_RETURN_IF_ERROR(region.Verify(at, data));
   uint64_t chunks = 0;
   for (uint64_t c = 0; c < p.n; c += kWeightChunkBytes) {
     chunks ^= XXH3_64bits(src + c, std::min(kWeightChunkBytes, p.n - c));
   }
   sink.fetch_xor(chunks, std::memory_order_relaxed);  // keeps the work
-  if (!read_back) return absl::OkStatus();
-  MESHPOOL_RETURN_IF_ERROR(region.Read(at, absl::MakeSpan(back, p.n)));
-  if (XXH3_64bits(src, p.n) != XXH3_64bits(back, p.n)) {
-    return absl::DataLossError("loader emulation: bytes read back differ");
-  }
   return absl::OkStatus();
 }
 
-// The loader's copy loop alone (the Copier in client/weights_load.cc,
-// without planning, region creation and publication): each of --parallel
-// workers, one step after the other, preads kLoaderIoBytes of a shard into
-// a registered buffer, Region::Writes it, Region::Reads it back into a
-// second one, and hashes both plus each 1 MiB chunk (three XXH3 passes per
-// byte). Region offsets wrap at the scratch region's size. A load's time
-// minus this one's is what creating and publishing the model region cost.
-// Without `read_back`: what the loop would cost if it trusted its WRITEs.
-// `buffer`: registered, at least 2 * --parallel * kLoaderIoBytes bytes.
-absl::Status LoaderCopyPhase(const Options& o, Region& scratch, char* buffer,
-                             const GeneratedModel& model, bool read_back,
-                             const std::vector<pid_t>& nodes, Report& report) {
+// The loader's copy loop alone (without planning, region creation and
+// publication): --parallel workers each run CopyPiece over the shards'
+// kLoaderIoBytes pieces. Region offsets wrap at the scratch region's size.
+// `buffer`: registered, at least --parallel * kLoaderIoBytes bytes.
+absl::Status LoaderPatternPhase(const Options& o, Region& scratch, char* buffer,
+                                const GeneratedModel& model,
+                                const std::vector<pid_t>& nodes,
+                                Report& report) {
   const uint64_t wrap = scratch.size() / kLoaderIoBytes * kLoaderIoBytes;
   uint64_t bytes = 0;
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<FilePiece> pieces,
-                            ShardPieces(model, &bytes));
+                            ShardPieces(model, kLoaderIoBytes, &bytes));
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> sink{0};
   std::vector<absl::Status> results(o.parallel);
@@ -260,27 +219,24 @@ absl::Status LoaderCopyPhase(const Options& o, Region& scratch, char* buffer,
   std::vector<std::thread> workers;
   for (int w = 0; w < o.parallel; ++w) {
     workers.emplace_back([&, w] {
-      char* src = buffer + 2 * w * kLoaderIoBytes;
+      char* src = buffer + w * kLoaderIoBytes;
       for (size_t i = next++; i < pieces.size() && results[w].ok();
            i = next++) {
-        results[w] =
-            CopyPiece(model, pieces[i], scratch, i * kLoaderIoBytes % wrap, src,
-                      src + kLoaderIoBytes, read_back, sink);
+        results[w] = CopyPiece(model, pieces[i], scratch,
+                               i * kLoaderIoBytes % wrap, src, sink);
       }
     });
   }
   for (std::thread& t : workers) t.join();
   for (const absl::Status& s : results) MESHPOOL_RETURN_IF_ERROR(s);
-  Phase p = meter.Stop(read_back ? "loader copy loop" : "  same, no read-back",
-                       bytes);
-  p.detail = read_back ? absl::StrCat(o.parallel, " workers, as in a load")
-                       : "pread + write + digests";
+  Phase p = meter.Stop("loader pattern", bytes);
+  p.detail = absl::StrCat(o.parallel, " thr: pread+Write+Verify+XXH3");
   report.breakdown.push_back(p);
   return absl::OkStatus();
 }
 
-// Region::Write, Region::Read and the loader's write + read-back pattern
-// on the scratch region, from --parallel threads in kLoaderIoBytes calls,
+// Region::Write, Region::Verify and Region::Read on the scratch region, then
+// the loader's pattern, from --parallel threads in kLoaderIoBytes calls,
 // with `buffer` (region-sized, holding bytes whose XXH3 is `want`)
 // registered with the client.
 absl::Status RegionPhases(const Options& o, Client& client, Region& scratch,
@@ -291,50 +247,44 @@ absl::Status RegionPhases(const Options& o, Client& client, Region& scratch,
   MESHPOOL_ASSIGN_OR_RETURN(auto registered,
                             client.RegisterBuffer(buffer, bytes));
   const size_t pieces = (bytes + kLoaderIoBytes - 1) / kLoaderIoBytes;
-  auto piece = [&](size_t i) {
-    const uint64_t at = i * kLoaderIoBytes;
-    return std::make_pair(at, std::min(kLoaderIoBytes, bytes - at));
-  };
+  enum class Op { kWrite, kVerify, kRead };
   struct Mode {
     const char* name;
-    bool write, read;
+    Op op;
   };
   for (Mode m :
-       {Mode{"region write", true, false}, Mode{"region read", false, true},
-        Mode{"region write+read-back", true, true}}) {
+       {Mode{"region write", Op::kWrite}, Mode{"region verify", Op::kVerify},
+        Mode{"region read", Op::kRead}}) {
     // Whole passes for at least half the raw phases' time.
     Meter meter(nodes);
     const absl::Time start = absl::Now();
     int passes = 0;
     do {
       MESHPOOL_RETURN_IF_ERROR(ParallelFor(o.parallel, pieces, [&](size_t i) {
-        auto [at, n] = piece(i);
-        if (m.write) {
-          MESHPOOL_RETURN_IF_ERROR(
-              scratch.Write(at, absl::MakeConstSpan(buffer + at, n)));
+        const uint64_t at = i * kLoaderIoBytes;
+        const uint64_t n = std::min(kLoaderIoBytes, bytes - at);
+        switch (m.op) {
+          case Op::kWrite:
+            return scratch.Write(at, absl::MakeConstSpan(buffer + at, n));
+          case Op::kVerify:
+            return scratch.Verify(at, absl::MakeConstSpan(buffer + at, n));
+          case Op::kRead:
+            return scratch.Read(at, absl::MakeSpan(buffer + at, n));
         }
-        if (m.read) {
-          MESHPOOL_RETURN_IF_ERROR(
-              scratch.Read(at, absl::MakeSpan(buffer + at, n)));
-        }
-        return absl::OkStatus();
+        return absl::InternalError("unknown region op");
       }));
     } while (++passes < kMaxRawPasses && absl::Now() - start < o.raw_time / 2);
     Phase p = meter.Stop(m.name, bytes * passes);
     p.detail = absl::StrCat(o.parallel, " thr x ", FormatSize(kLoaderIoBytes),
                             ", ", Passes(passes));
     report.breakdown.push_back(p);
-    if (m.read && XXH3_64bits(buffer, bytes) != want) {
+    if (m.op == Op::kRead && XXH3_64bits(buffer, bytes) != want) {
       return absl::DataLossError(absl::StrCat(
           m.name, ": Region::Read returned other bytes than were written"));
     }
   }
-  if (bytes < 2 * kLoaderIoBytes * o.parallel) return absl::OkStatus();
-  for (bool read_back : {true, false}) {
-    MESHPOOL_RETURN_IF_ERROR(
-        LoaderCopyPhase(o, scratch, buffer, model, read_back, nodes, report));
-  }
-  return absl::OkStatus();
+  if (bytes < kLoaderIoBytes * o.parallel) return absl::OkStatus();
+  return LoaderPatternPhase(o, scratch, buffer, model, nodes, report);
 }
 
 int PassesFor(absl::Duration one_pass, absl::Duration want) {
@@ -391,9 +341,23 @@ absl::Status LoadPhase(const Options& o, Client& client,
   options.parallel_files = o.parallel;
   const std::vector<std::string> paths = {model.index_path};
   Meter meter(nodes);
+  // The first progress report comes when the first piece is in: parsing,
+  // planning and creating the model region happened before it.
+  Phase first;
+  options.progress = [&](const LoadProgress& p) {  // serialised
+    if (first.name.empty() && p.bytes_done > 0) {
+      first = meter.Stop("load: to 1st piece", 0);
+    }
+  };
   MESHPOOL_ASSIGN_OR_RETURN(ModelInfo info,
                             LoadSafetensors(client, name, paths, options));
   report.load = meter.Stop("load", model.tensor_bytes);
+  if (o.breakdown && !first.name.empty()) {
+    first.detail =
+        absl::StrCat(absl::FormatDuration(absl::Seconds(first.seconds)),
+                     ": parse, plan, CreateRegion, 8MiB");
+    report.breakdown.push_back(first);
+  }
   if (info.tensors != model.tensors.size() ||
       info.tensor_bytes != model.tensor_bytes) {
     return absl::DataLossError(
@@ -498,7 +462,7 @@ absl::Status FileReadPhase(const Options& o, const GeneratedModel& model,
                            const std::vector<pid_t>& nodes, Report& report) {
   uint64_t bytes = 0;
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<FilePiece> pieces,
-                            ShardPieces(model, &bytes));
+                            ShardPieces(model, kLoaderIoBytes, &bytes));
   Meter meter(nodes);
   MESHPOOL_RETURN_IF_ERROR(
       ParallelFor(o.parallel, pieces.size(), [&](size_t i) {
@@ -607,7 +571,9 @@ absl::Status Run(const tools::Flags& flags, const std::string& command,
         std::unique_ptr<Region> scratch,
         client->CreateRegion(scratch_name, o.scratch_bytes));
     Phase created = create.Stop("CreateRegion (scratch)", o.scratch_bytes);
-    created.detail = "allocate + zero-fill";
+    created.detail =
+        absl::StrCat(absl::FormatDuration(absl::Seconds(created.seconds)),
+                     ": allocate (+ zero reused slabs)");
     report.breakdown.push_back(created);
     Defer drop([&] { (void)client->DeleteRegion(scratch_name); });
     MESHPOOL_RETURN_IF_ERROR(

@@ -9,7 +9,10 @@
 #   default: TCP on loopback, a 2 GiB model in 4 shards.
 #   --vm:    inside the Soft-RoCE VM (tools/vm/run.sh) over verbs on rxe0,
 #            GID index 1, a 256 MiB model (the VM is small and emulated:
-#            only the ratios mean anything there).
+#            only the ratios mean anything there). The raw phase uses one
+#            endpoint per node with 2 x 4 MiB in flight: with the default 4
+#            x 16 the emulated rxe0 drops the QPs (transport retry counter
+#            exceeded on the first request).
 # Environment: MODEL_BYTES, FILES, PARALLEL, THREADS override the model and
 # the concurrency; VM_TIMEOUT (default 1200 s) bounds the VM run. Flags
 # after `--` go to weights_bench as they are (they win over the above).
@@ -36,4 +39,5 @@ cd "$root"  # run.sh needs a working directory the guest sees
 exec "$root/tools/vm/run.sh" --timeout "${VM_TIMEOUT:-1200}" -- \
   "$bench" --transport verbs --device rxe0 --gid-index 1 \
   --model-bytes "${MODEL_BYTES:-256MiB}" --files "${FILES:-4}" \
-  --parallel "${PARALLEL:-4}" --threads "${THREADS:-4}" "$@"
+  --parallel "${PARALLEL:-4}" --threads "${THREADS:-4}" \
+  --raw-lanes 1 --raw-depth 2 "$@"

@@ -1,10 +1,14 @@
 #include "bench/weights_bench_model.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
@@ -301,6 +305,38 @@ absl::StatusOr<GeneratedModel> WriteModel(const std::string& dir,
   MESHPOOL_RETURN_IF_ERROR(status);
   MESHPOOL_RETURN_IF_ERROR(WriteIndex(model));
   return model;
+}
+
+absl::StatusOr<std::vector<FilePiece>> ShardPieces(const GeneratedModel& model,
+                                                   uint64_t piece_bytes,
+                                                   uint64_t* bytes) {
+  std::vector<FilePiece> pieces;
+  *bytes = 0;
+  for (size_t f = 0; f < model.files.size(); ++f) {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(model.files[f], ec);
+    if (ec) {
+      return absl::NotFoundError(
+          absl::StrCat(model.files[f], ": ", ec.message()));
+    }
+    for (uint64_t at = 0; at < size; at += piece_bytes) {
+      pieces.push_back({f, at, std::min(piece_bytes, size - at)});
+    }
+    *bytes += size;
+  }
+  return pieces;
+}
+
+absl::Status ReadPiece(const GeneratedModel& model, const FilePiece& p,
+                       char* out) {
+  const int fd = ::open(model.files[p.file].c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, model.files[p.file]);
+  const bool ok = ::pread(fd, out, p.n, static_cast<off_t>(p.at)) ==
+                  static_cast<ssize_t>(p.n);
+  ::close(fd);
+  return ok ? absl::OkStatus()
+            : absl::DataLossError(
+                  absl::StrCat("short read of ", model.files[p.file]));
 }
 
 }  // namespace meshpool::bench

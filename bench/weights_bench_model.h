@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/safetensors.h"
 
@@ -58,6 +59,21 @@ absl::StatusOr<GeneratedModel> WriteModel(const std::string& dir,
 // REQUIRES: offset % 8 == 0.
 void FillTensorBytes(uint64_t seed, const std::string& name, uint64_t offset,
                      char* out, size_t length);
+
+// A piece of one shard file (whole file, header included).
+struct FilePiece {
+  size_t file = 0;  // index into GeneratedModel::files
+  uint64_t at = 0, n = 0;
+};
+// The model's shard files cut into pieces of at most `piece_bytes`, as a
+// loader reads them; *bytes = the files' total size. NotFound when a file
+// is gone.
+absl::StatusOr<std::vector<FilePiece>> ShardPieces(const GeneratedModel& model,
+                                                   uint64_t piece_bytes,
+                                                   uint64_t* bytes);
+// preads piece `p` into `out` (p.n bytes). DataLoss on a short read.
+absl::Status ReadPiece(const GeneratedModel& model, const FilePiece& p,
+                       char* out);
 
 }  // namespace meshpool::bench
 
