@@ -25,8 +25,8 @@ static_assert(kMaxRegionNameBytes == placement::kMaxRegionNameBytes);
 
 namespace {
 
-// Bytes one DigestRanges call asks a node to hash (a stripe is at most a
-// slab, so one stripe piece always fits).
+// Bytes one DigestRanges call asks a node to hash at most (Verify cuts
+// larger stripe pieces).
 constexpr uint64_t kVerifyBytesPerCall = uint64_t{64} << 20;
 static_assert(kVerifyBytesPerCall <= store::kMaxDigestBytes);
 
@@ -247,8 +247,13 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
         by_node.push_back({node, {}});
         it = by_node.end() - 1;
       }
-      it->second.push_back({data.data() + (pos - offset),
-                            copy.pool_offset + in_stripe, n, stripe});
+      // Pieces of at most kVerifyBytesPerCall: a stripe may be larger than
+      // a node digests per call (slabs have no upper size limit).
+      for (uint64_t done = 0; done < n; done += kVerifyBytesPerCall) {
+        it->second.push_back({data.data() + (pos - offset) + done,
+                              copy.pool_offset + in_stripe + done,
+                              std::min(kVerifyBytesPerCall, n - done), stripe});
+      }
       any = true;
     }
     if (!any) return NoLiveCopy(stripe);

@@ -200,6 +200,8 @@ absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client) {
   for (const RegionDescription& r : regions) {
     absl::string_view model =
         absl::string_view(r.name).substr(client_internal::kModelRegionPrefix.size());
+    // A region someone named "weights/..." that no loader could have made.
+    if (!client_internal::ValidateModelName(model).ok()) continue;
     absl::StatusOr<std::unique_ptr<WeightStore>> store =
         WeightStore::Open(client, model);
     // A model removed since the listing is simply not listed.
@@ -209,6 +211,23 @@ absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client) {
   }
   return models;
 }
+
+namespace {
+
+// The heartbeat counter of a staging region (0 when it cannot be read: a
+// region deleted meanwhile, or too small to be a staging region).
+uint64_t Heartbeat(Region& region) {
+  uint64_t beat = 0;
+  if (region.size() < client_internal::kModelSuperblockBytes ||
+      !region.Read(client_internal::kLoadHeartbeatOffset,
+                   absl::MakeSpan(reinterpret_cast<char*>(&beat), 8))
+           .ok()) {
+    return 0;
+  }
+  return beat;
+}
+
+}  // namespace
 
 absl::Status RemoveModel(Client& client, absl::string_view model) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateModelName(model));
@@ -222,13 +241,34 @@ absl::Status RemoveModel(Client& client, absl::string_view model) {
   MESHPOOL_ASSIGN_OR_RETURN(
       std::vector<RegionDescription> staging,
       client.ListRegions(client_internal::StagingRegionPrefix(model)));
+  // Staging regions of loads still running are spared: their heartbeat
+  // moves. One wait covers them all.
+  std::vector<std::pair<std::unique_ptr<Region>, uint64_t>> candidates;
   for (const RegionDescription& r : staging) {
-    absl::Status d = client.DeleteRegion(r.name);
+    absl::StatusOr<std::unique_ptr<Region>> region = client.OpenRegion(r.name);
+    if (absl::IsNotFound(region.status())) continue;
+    MESHPOOL_RETURN_IF_ERROR(region.status());
+    uint64_t beat = Heartbeat(**region);
+    candidates.emplace_back(*std::move(region), beat);
+  }
+  if (!candidates.empty()) absl::SleepFor(client_internal::kLoadLivenessWait);
+  std::vector<std::string> running;
+  for (auto& [region, beat] : candidates) {
+    if (Heartbeat(*region) != beat) {
+      running.push_back(region->name());
+      continue;
+    }
+    absl::Status d = client.DeleteRegion(region->name());
     if (d.ok()) {
       removed = true;
     } else if (!absl::IsNotFound(d)) {
       return d;
     }
+  }
+  if (!removed && !running.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a load of model ", model, " is still running (staging region ",
+        running[0], "): let it finish, or stop it and run this again"));
   }
   if (!removed) {
     return absl::NotFoundError(absl::StrCat(

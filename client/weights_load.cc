@@ -404,6 +404,37 @@ absl::Status Finish(Region& region, Plan& plan) {
   return WriteVerified(region, 0, client_internal::EncodeSuperblock(sb));
 }
 
+// Bumps the staging region's heartbeat counter until destroyed, so that
+// RemoveModel can tell this load is alive.
+class LoadHeartbeat {
+ public:
+  explicit LoadHeartbeat(Region& region)
+      : thread_([this, &region] {
+          uint64_t beat = 0;
+          absl::MutexLock l(&mu_);
+          while (!stop_) {
+            ++beat;
+            (void)region.Write(client_internal::kLoadHeartbeatOffset,
+                               absl::MakeConstSpan(
+                                   reinterpret_cast<const char*>(&beat), 8));
+            mu_.AwaitWithTimeout(absl::Condition(&stop_),
+                                 client_internal::kLoadHeartbeatInterval);
+          }
+        }) {}
+  ~LoadHeartbeat() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once mu_ and stop_ exist
+};
+
 std::string StagingName(absl::string_view model) {
   std::random_device rd;
   uint64_t id = (uint64_t{rd()} << 32) ^ rd();
@@ -435,8 +466,12 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
       std::unique_ptr<Region> region,
       client.CreateRegion(StagingName(model), plan.region_size, options.region));
   Copier copier(client, *region, plan, options);
-  absl::Status s = copier.Run();
-  if (s.ok()) s = Finish(*region, plan);
+  absl::Status s;
+  {
+    LoadHeartbeat heartbeat(*region);
+    s = copier.Run();
+    if (s.ok()) s = Finish(*region, plan);
+  }
   if (s.ok()) s = client.RenameRegion(region->name(), target, options.replace);
   if (!s.ok()) {
     // Best effort: a staging region left behind is removed by RemoveModel.

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "meshpool/weights.h"
 #include "proto/weights.pb.h"
 
@@ -36,7 +37,23 @@ inline constexpr uint32_t kModelFormatVersion = 1;
 // A manifest larger than this is refused as corrupt (about 10 M tensors'
 // worth, or 30 M chunk digests: 30 TiB of weights).
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+// A running loader bumps the 8-byte counter here, in its staging region's
+// superblock area, every kLoadHeartbeatInterval; RemoveModel spares staging
+// regions whose counter moves within kLoadLivenessWait (a live load: freeing
+// its region under it would let its next writes land in reused memory).
+inline constexpr uint64_t kLoadHeartbeatOffset = 2048;
+inline constexpr int64_t kLoadHeartbeatIntervalMs = 200;
+inline constexpr int64_t kLoadLivenessWaitMs = 1000;
+inline constexpr absl::Duration kLoadHeartbeatInterval =
+    absl::Milliseconds(kLoadHeartbeatIntervalMs);
+inline constexpr absl::Duration kLoadLivenessWait =
+    absl::Milliseconds(kLoadLivenessWaitMs);
 static_assert(kModelSuperblockEncodedBytes <= kModelSuperblockBytes);
+static_assert(kLoadHeartbeatOffset >= kModelSuperblockEncodedBytes &&
+              kLoadHeartbeatOffset + 8 <= kModelSuperblockBytes &&
+              kLoadHeartbeatOffset % 8 == 0);
+static_assert(kLoadLivenessWaitMs >= 3 * kLoadHeartbeatIntervalMs,
+              "a live loader beats several times while RemoveModel waits");
 static_assert(kModelFileAlign % 8 == 0);
 
 inline constexpr absl::string_view kModelRegionPrefix = "weights/";

@@ -41,7 +41,10 @@ std::string ReachableHost(const std::string& listen) {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
-  if (options.state == nullptr) options.state = NewInMemoryCoordinatorState();
+  if (options.state == nullptr) {
+    absl::Time now = options.clock ? options.clock() : absl::Now();
+    options.state = NewInMemoryCoordinatorState({}, FirstRegionIdAt(now));
+  }
   if (options.region_nodes == nullptr) options.region_nodes = NewGrpcRegionNodes();
   // The region table shares the state Membership owns (and outlives it).
   CoordinatorState* const state = options.state.get();

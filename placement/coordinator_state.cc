@@ -1,5 +1,6 @@
 #include "placement/coordinator_state.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -16,7 +17,8 @@ namespace {
 // hundreds of nodes, and every mutation copies or scans the map anyway.
 class InMemoryCoordinatorState final : public CoordinatorState {
  public:
-  explicit InMemoryCoordinatorState(proto::ClusterMap initial) : map_(std::move(initial)) {}
+  InMemoryCoordinatorState(proto::ClusterMap initial, uint64_t first_region_id)
+      : map_(std::move(initial)), next_region_id_(std::max<uint64_t>(first_region_id, 1)) {}
 
   absl::StatusOr<proto::ClusterMap> Snapshot() const override {
     absl::MutexLock lock(&mu_);
@@ -168,13 +170,18 @@ class InMemoryCoordinatorState final : public CoordinatorState {
   proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
   // By name; std::less<> so string_view lookups need no copy.
   std::map<std::string, proto::RegionInfo, std::less<>> regions_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_region_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_region_id_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(proto::ClusterMap initial) {
-  return std::make_unique<InMemoryCoordinatorState>(std::move(initial));
+std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(proto::ClusterMap initial,
+                                                              uint64_t first_region_id) {
+  return std::make_unique<InMemoryCoordinatorState>(std::move(initial), first_region_id);
+}
+
+uint64_t FirstRegionIdAt(absl::Time now) {
+  return static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMillis(now), 1)) << 20;
 }
 
 }  // namespace meshpool::placement

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
 #include "proto/meshpool.pb.h"
 
@@ -64,8 +65,8 @@ class CoordinatorState {
 
   // ---- Regions (no epoch bump: regions are not part of the map). ----
 
-  // A fresh region id: 1, 2, ... in order, never handed out twice (even for
-  // regions deleted since, or creates that failed).
+  // A fresh region id, increasing from the state's first id, never handed
+  // out twice (even for regions deleted since, or creates that failed).
   virtual absl::StatusOr<uint64_t> NextRegionId() = 0;
 
   // A copy of the region named `name`; NotFound if none.
@@ -93,9 +94,17 @@ class CoordinatorState {
 };
 
 // The in-memory state, starting from `initial` (default: epoch 0, no nodes)
-// with no regions. Lost when the process exits.
+// with no regions; NextRegionId counts from `first_region_id`. Lost when the
+// process exits.
 std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(
-    proto::ClusterMap initial = proto::ClusterMap());
+    proto::ClusterMap initial = proto::ClusterMap(), uint64_t first_region_id = 1);
+
+// A first region id for a coordinator starting now without durable state:
+// its start time in ms, times 2^20. Nodes outlive a coordinator restart and
+// still hold regions under the ids the previous process handed out; ids
+// from a later start (a clock that does not go back, and fewer than 2^20
+// regions per ms of uptime) never collide with them.
+uint64_t FirstRegionIdAt(absl::Time now);
 
 }  // namespace meshpool::placement
 

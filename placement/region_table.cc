@@ -275,7 +275,12 @@ absl::Status RegionTable::Allocate(proto::RegionInfo& info,
   if (first.ok()) return absl::OkStatus();
   // Free on every node asked, not only those that answered: a reply lost to
   // a deadline may have allocated all the same. Freeing is idempotent.
+  // Except where the node refused with FailedPrecondition: it allocated
+  // nothing for this call (another incarnation, or it already holds slabs
+  // under this id — e.g. a region of a coordinator that restarted without
+  // state and counts ids from 1 again); freeing would free that region.
   ParallelFor(nodes.size(), [&](size_t e) {
+    if (!replies[e].ok() && absl::IsFailedPrecondition(replies[e].status())) return;
     proto::FreeRegionRequest request;
     request.set_region_id(info.region_id());
     request.set_incarnation(nodes[e].incarnation());

@@ -61,14 +61,27 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status AllocateRegion(grpc::ServerContext*,
+  grpc::Status AllocateRegion(grpc::ServerContext* context,
                               const proto::AllocateRegionRequest* request,
                               proto::AllocateRegionReply* reply) override {
     absl::StatusOr<uint64_t> slabs = RegionSlabs(*request);
     if (!slabs.ok()) return ToGrpc(slabs.status());
+    // A request whose caller gave up (deadline) may already have been
+    // followed by its FreeRegion, a no-op for an id not yet held: taking
+    // slabs now would pin them for good. Refuse it, and give back what a
+    // request that ran out of time while zero-filling took.
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the coordinator gave up on this allocation");
+    }
     absl::StatusOr<std::vector<uint64_t>> taken =
         deps_.slabs->AllocateRegion(request->region_id(), *slabs);
     if (!taken.ok()) return ToGrpc(taken.status());
+    if (context->IsCancelled()) {
+      deps_.slabs->FreeRegion(request->region_id());
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the coordinator gave up on this allocation");
+    }
     const PoolLayout& layout = deps_.slabs->layout();
     reply->set_slab_bytes(layout.slab_bytes);
     for (uint64_t slab : *taken)

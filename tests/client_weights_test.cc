@@ -417,6 +417,30 @@ TEST_F(WeightsTest, RemoveModelAlsoRemovesADeadLoadersStagingRegion) {
   EXPECT_EQ(RemoveModel(*client_, "m").code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(WeightsTest, RemoveModelSparesTheStagingRegionOfALoadStillRunning) {
+  // A live loader bumps the heartbeat word of its staging region.
+  auto staging = client_->CreateRegion("weights-loading/busy#00000000000000aa",
+                                       8192);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  std::atomic<bool> stop{false};
+  std::thread loader([&] {
+    for (uint64_t beat = 1; !stop.load(); ++beat) {
+      (void)(*staging)->Write(2048, absl::MakeConstSpan(
+                                        reinterpret_cast<const char*>(&beat), 8));
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
+  absl::Status busy = RemoveModel(*client_, "busy");
+  stop = true;
+  loader.join();
+  EXPECT_EQ(busy.code(), absl::StatusCode::kFailedPrecondition) << busy;
+  EXPECT_EQ(RegionNames(),
+            std::vector<std::string>{"weights-loading/busy#00000000000000aa"});
+  // Once the loader stopped, its staging region is an interrupted load's.
+  ASSERT_TRUE(RemoveModel(*client_, "busy").ok());
+  EXPECT_TRUE(RegionNames().empty());
+}
+
 TEST_F(WeightsTest, BadModelNamesAreInvalidArgument) {
   std::string file = Write("m.safetensors", {T("w", DType::kU8, {10})}, seed_);
   for (std::string name : {std::string(""), std::string("a b"), std::string("x#y"),

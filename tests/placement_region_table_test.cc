@@ -329,6 +329,20 @@ TEST_F(RegionTableTest, NodeRestartedDuringCreateIsUnavailable) {
   EXPECT_EQ(HeldEverywhere(), 0u);
 }
 
+// A coordinator restarted without state counts region ids from 1 again
+// while nodes still hold the old regions' slabs under those ids (and
+// clients may still use them): a failed create must not free them.
+TEST_F(RegionTableTest, CreateCollidingWithAnIdANodeHoldsLeavesThatRegionAlone) {
+  nodes_.With("n2", [](FakeNodes::Node& n) {
+    n.held[1] = 3;  // region 1 of the previous coordinator
+    n.free_slabs -= 3;
+  });
+  absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 30 * kMiB));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nodes_.Held("n2"), 3u);
+  EXPECT_EQ(HeldEverywhere(), 3u);
+}
+
 TEST_F(RegionTableTest, DeadAndSilentNodesAreSkippedAtCreate) {
   AddNode("n4", 64, kSlab, proto::NODE_DEAD);
   nodes_.With("n3", [](FakeNodes::Node& n) { n.silent = true; });

@@ -401,5 +401,18 @@ TEST(CoordinatorStateRegions, RenameIsOneStep) {
   EXPECT_EQ(state->FindRegion("c")->name(), "c");
 }
 
+// A coordinator restarted without durable state must not hand out region
+// ids its nodes still hold from the previous process.
+TEST(CoordinatorStateRegions, RestartedStateStartsPastEveryIdOfAnEarlierStart) {
+  const absl::Time first_start = absl::FromUnixMillis(1'700'000'000'000);
+  std::unique_ptr<CoordinatorState> before =
+      NewInMemoryCoordinatorState({}, FirstRegionIdAt(first_start));
+  uint64_t last = 0;
+  for (int i = 0; i < 1000; ++i) last = *before->NextRegionId();
+  std::unique_ptr<CoordinatorState> after = NewInMemoryCoordinatorState(
+      {}, FirstRegionIdAt(first_start + absl::Milliseconds(1)));
+  EXPECT_GT(*after->NextRegionId(), last);
+}
+
 }  // namespace
 }  // namespace meshpool::placement

@@ -264,7 +264,10 @@ int Get(int argc, char** argv) {
     if (absl::Status s = ParseRows(flags.Get("rows"), &begin, &end); !s.ok()) {
       return Fail("weights get", s);
     }
-    buf.resize(end > begin ? (end - begin) * (*tensor)->row_bytes() : 0);
+    // Sized only for rows that exist: ReadTensorSlice refuses the others
+    // (OutOfRange) instead of this allocating a huge buffer first.
+    const bool valid = begin < end && end <= (*tensor)->rows();
+    buf.resize(valid ? (end - begin) * (*tensor)->row_bytes() : 0);
     n = (*store)->ReadTensorSlice((*tensor)->name, begin, end,
                                   absl::MakeSpan(buf), read);
   }

@@ -262,8 +262,9 @@ class Client {
   // count; the message says what to use), AlreadyExists (the name is
   // taken), ResourceExhausted (the nodes' free memory cannot hold it; it
   // says how much is free), FailedPrecondition (fewer live nodes than
-  // replicas), Unavailable (coordinator or a node unreachable; nothing was
-  // left allocated).
+  // replicas), Unavailable (coordinator or a node unreachable: retry; when
+  // the coordinator did not answer within 60 s the create may still have
+  // completed, which OpenRegion tells).
   absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
       absl::string_view name, uint64_t size, const RegionOptions& options = {});
   // Opens an existing region. NotFound if there is none of that name.

@@ -135,8 +135,10 @@ class WeightStore {
 // Loaded models, sorted by name (models still loading are not listed).
 absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client);
 
-// Deletes a model and any of its interrupted loads' staging regions.
-// NotFound when there was neither.
+// Deletes a model and any of its interrupted loads' staging regions (a
+// staging region whose loader is still alive — its heartbeat moves within
+// about a second — is left alone). NotFound when there was neither;
+// FailedPrecondition when the only thing found is a load still running.
 absl::Status RemoveModel(Client& client, absl::string_view model);
 
 struct LoadProgress {
@@ -147,9 +149,11 @@ struct LoadProgress {
 };
 
 struct LoadOptions {
-  // Replace a loaded model of the same name (atomically: readers see the
-  // old model or the new one). Without it, an existing name is
-  // AlreadyExists.
+  // Replace a loaded model of the same name (atomically: WeightStore::Open
+  // finds the old model or the new one). The old model's memory is freed:
+  // a WeightStore opened on it before reads reused bytes once the nodes'
+  // grace has passed (DataLoss with ReadOptions.verify, garbage without);
+  // reopen after a replace. Without it, an existing name is AlreadyExists.
   bool replace = false;
   RegionOptions region;      // stripe size and replicas of the model region
   int parallel_files = 4;    // files read and written at once
