@@ -102,6 +102,14 @@ class RegionImpl : public Region {
   absl::StatusOr<uint64_t> Atomic(rdma::Opcode op, uint64_t offset,
                                   uint64_t compare_add, uint64_t swap);
   absl::Status NoLiveCopy(uint64_t stripe) const;
+  // Calls visit(extent, byte offset from `offset`, pool offset, length,
+  // stripe) for the live copies of each stripe piece of [offset, offset +
+  // length): the first only (`all_copies` false) or every one. DataLoss
+  // (NoLiveCopy) when a stripe has none.
+  template <typename Visit>
+  absl::Status ForEachLiveCopy(const Liveness& liveness, uint64_t offset,
+                               uint64_t length, bool all_copies,
+                               Visit visit) const;
 
   const std::shared_ptr<ClientCore> core_;
   const std::string name_;
@@ -172,6 +180,29 @@ absl::Status RegionImpl::Transfer(TransferKind kind, uint64_t offset,
   return TransferWith(**again, kind, offset, local, length);
 }
 
+template <typename Visit>
+absl::Status RegionImpl::ForEachLiveCopy(const Liveness& liveness,
+                                         uint64_t offset, uint64_t length,
+                                         bool all_copies, Visit visit) const {
+  const uint64_t stripe_bytes = layout_.stripe_bytes();
+  const uint64_t end = offset + length;
+  for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
+       ++stripe) {
+    uint64_t in_stripe = pos - stripe * stripe_bytes;
+    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
+    bool any = false;
+    for (uint32_t r = 0; r < layout_.replicas() && (all_copies || !any); ++r) {
+      placement::StripeCopy copy = layout_.Copy(stripe, r);
+      if (!liveness.live[copy.extent]) continue;
+      visit(copy.extent, pos - offset, copy.pool_offset + in_stripe, n, stripe);
+      any = true;
+    }
+    if (!any) return NoLiveCopy(stripe);
+    pos += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RegionImpl::TransferWith(const Liveness& liveness,
                                       TransferKind kind, uint64_t offset,
                                       char* local, uint64_t length) {
@@ -189,25 +220,13 @@ absl::Status RegionImpl::TransferWith(const Liveness& liveness,
     }
     return transfers[transfer_of[extent]];
   };
-  const uint64_t stripe_bytes = layout_.stripe_bytes();
-  const uint64_t end = offset + length;
-  for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
-       ++stripe) {
-    uint64_t in_stripe = pos - stripe * stripe_bytes;
-    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
-    bool any = false;
-    for (uint32_t r = 0; r < layout_.replicas(); ++r) {
-      placement::StripeCopy copy = layout_.Copy(stripe, r);
-      if (!liveness.live[copy.extent]) continue;
-      transfer_for(copy.extent)
-          .segments.push_back(
-              {local + (pos - offset), copy.pool_offset + in_stripe, n});
-      any = true;
-      if (kind == TransferKind::kRead) break;  // one copy serves a read
-    }
-    if (!any) return NoLiveCopy(stripe);
-    pos += n;
-  }
+  // One copy serves a read; a write goes to every live copy.
+  MESHPOOL_RETURN_IF_ERROR(ForEachLiveCopy(
+      liveness, offset, length, kind == TransferKind::kWrite,
+      [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
+          uint64_t) {
+        transfer_for(extent).segments.push_back({local + at, pool_offset, n});
+      }));
   for (NodeTransfer& t : transfers) {
     t.lkey = core_->RegisteredLkey(local, length, *t.node);
   }
@@ -230,35 +249,25 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
   // Every live copy of every stripe the range touches, by node.
   std::vector<std::pair<std::shared_ptr<NodeConnection>,
                         std::vector<VerifyPiece>>> by_node;
-  const uint64_t stripe_bytes = layout_.stripe_bytes();
-  const uint64_t end = offset + data.size();
-  for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
-       ++stripe) {
-    uint64_t in_stripe = pos - stripe * stripe_bytes;
-    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
-    bool any = false;
-    for (uint32_t r = 0; r < layout_.replicas(); ++r) {
-      placement::StripeCopy copy = layout_.Copy(stripe, r);
-      const std::shared_ptr<NodeConnection>& node = liveness->live[copy.extent];
-      if (!node) continue;
-      auto it = std::find_if(by_node.begin(), by_node.end(),
-                             [&](const auto& e) { return e.first == node; });
-      if (it == by_node.end()) {
-        by_node.push_back({node, {}});
-        it = by_node.end() - 1;
-      }
-      // Pieces of at most kVerifyBytesPerCall: a stripe may be larger than
-      // a node digests per call (slabs have no upper size limit).
-      for (uint64_t done = 0; done < n; done += kVerifyBytesPerCall) {
-        it->second.push_back({data.data() + (pos - offset) + done,
-                              copy.pool_offset + in_stripe + done,
-                              std::min(kVerifyBytesPerCall, n - done), stripe});
-      }
-      any = true;
-    }
-    if (!any) return NoLiveCopy(stripe);
-    pos += n;
-  }
+  MESHPOOL_RETURN_IF_ERROR(ForEachLiveCopy(
+      *liveness, offset, data.size(), /*all_copies=*/true,
+      [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
+          uint64_t stripe) {
+        const std::shared_ptr<NodeConnection>& node = liveness->live[extent];
+        auto it = std::find_if(by_node.begin(), by_node.end(),
+                               [&](const auto& e) { return e.first == node; });
+        if (it == by_node.end()) {
+          by_node.push_back({node, {}});
+          it = by_node.end() - 1;
+        }
+        // Pieces of at most kVerifyBytesPerCall: a stripe may be larger
+        // than a node digests per call (slabs have no upper size limit).
+        for (uint64_t done = 0; done < n; done += kVerifyBytesPerCall) {
+          it->second.push_back({data.data() + at + done, pool_offset + done,
+                                std::min(kVerifyBytesPerCall, n - done),
+                                stripe});
+        }
+      }));
   // Nodes hash in parallel; each call stays under the node's limit.
   std::vector<absl::Status> results(by_node.size());
   auto check_node = [&](size_t i) {

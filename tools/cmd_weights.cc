@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/common.h"
+#include "common/json.h"
 #include "meshpool/weights.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -68,25 +69,6 @@ class ProgressPrinter {
   const absl::Time start_;
   absl::Time last_line_ = absl::InfinitePast();
 };
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string ShapeText(const std::vector<uint64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -149,11 +131,11 @@ int ListModelsCommand(Client& client, bool json) {
     for (size_t i = 0; i < models->size(); ++i) {
       const ModelInfo& m = (*models)[i];
       std::vector<std::string> files;
-      for (const auto& f : m.files) files.push_back(JsonString(f));
-      std::cout << (i ? ",\n " : "") << "{\"model\": " << JsonString(m.name)
+      for (const auto& f : m.files) files.push_back(JsonQuote(f));
+      std::cout << (i ? ",\n " : "") << "{\"model\": " << JsonQuote(m.name)
                 << ", \"tensors\": " << m.tensors
                 << ", \"bytes\": " << m.tensor_bytes
-                << ", \"region\": " << JsonString(m.region) << ", \"files\": ["
+                << ", \"region\": " << JsonQuote(m.region) << ", \"files\": ["
                 << absl::StrJoin(files, ", ") << "], \"loaded_unix_ms\": "
                 << absl::ToUnixMillis(m.loaded) << "}";
     }
@@ -183,10 +165,10 @@ int ListTensorsCommand(Client& client, const std::string& model, bool json) {
     std::cout << "[";
     for (size_t i = 0; i < tensors.size(); ++i) {
       const TensorInfo& t = tensors[i];
-      std::cout << (i ? ",\n " : "") << "{\"name\": " << JsonString(t.name)
+      std::cout << (i ? ",\n " : "") << "{\"name\": " << JsonQuote(t.name)
                 << ", \"dtype\": \"" << DTypeName(t.dtype)
                 << "\", \"shape\": " << ShapeText(t.shape)
-                << ", \"region\": " << JsonString(t.region)
+                << ", \"region\": " << JsonQuote(t.region)
                 << ", \"offset\": " << t.offset << ", \"length\": " << t.length
                 << ", \"digest\": \"" << absl::StrFormat("%016x", t.digest)
                 << "\"}";
