@@ -40,7 +40,9 @@ class ProgressPrinter {
   void Update(const LoadProgress& p) {
     absl::Time now = absl::Now();
     bool done = p.bytes_done == p.bytes_total;
+    if (done && printed_done_) return;  // the last piece, then the end
     if (!tty_ && !done && now - last_line_ < kPlainProgressEvery) return;
+    printed_done_ = done;
     last_line_ = now;
     absl::Duration elapsed = now - start_;
     double frac = p.bytes_total == 0 ? 1.0
@@ -68,6 +70,7 @@ class ProgressPrinter {
   const bool tty_;
   const absl::Time start_;
   absl::Time last_line_ = absl::InfinitePast();
+  bool printed_done_ = false;
 };
 
 std::string ShapeText(const std::vector<uint64_t>& shape) {
