@@ -12,14 +12,16 @@
 //  * Create places stripes over the NODE_ALIVE nodes that answer a fresh
 //    GetStats, in proportion to their free slabs (PlaceStripes), allocates
 //    on every chosen node, and records the region only when every
-//    allocation succeeded; otherwise it frees what it asked for and
-//    records nothing.
+//    allocation succeeded; otherwise it frees what it asked for (except on
+//    nodes that refused with FailedPrecondition: they took nothing, and
+//    may hold another region under that id) and records nothing.
 //  * Delete (and a rename that replaces) forgets the region first, then
 //    frees its memory on each node still alive with the incarnation that
 //    holds it. A node that died took that memory with it; freeing errors
 //    are logged, not returned.
-//  * Region ids are never reused, so a late FreeRegion cannot hit another
-//    region.
+//  * Region ids are never reused (and a restarted coordinator's in-memory
+//    state starts past the old ones: FirstRegionIdAt), so a late
+//    FreeRegion cannot hit another region.
 //
 // No gRPC here (region_nodes_grpc.cc implements RegionNodes over gRPC).
 // Thread-safety: RegionTable is thread-safe; node calls run without its
