@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/common.h"
+#include "common/json.h"
 #include "meshpool/client.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -126,25 +127,6 @@ int RunDel(int argc, char** argv) {
   return 0;
 }
 
-namespace {
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 int RunStat(int argc, char** argv) {
   Flags flags("meshpool stat [--json]",
               "Shows the cluster map: nodes, capacity, used bytes, objects.");
@@ -159,15 +141,15 @@ int RunStat(int argc, char** argv) {
     std::string out = absl::StrCat("{\"epoch\":", status->epoch, ",\"nodes\":[");
     for (size_t i = 0; i < status->nodes.size(); ++i) {
       const NodeStatus& n = status->nodes[i];
-      absl::StrAppend(&out, i ? "," : "", "{\"id\":", JsonString(n.node_id),
+      absl::StrAppend(&out, i ? "," : "", "{\"id\":", JsonQuote(n.node_id),
                       ",\"alive\":", n.alive ? "true" : "false",
-                      ",\"address\":", JsonString(n.transport_address),
+                      ",\"address\":", JsonQuote(n.transport_address),
                       ",\"capacity_bytes\":", n.capacity_bytes,
                       ",\"used_bytes\":", n.used_bytes,
                       ",\"objects\":", n.objects,
                       ",\"slabs_total\":", n.slabs_total,
                       ",\"slabs_free\":", n.slabs_free,
-                      ",\"error\":", JsonString(n.error), "}");
+                      ",\"error\":", JsonQuote(n.error), "}");
     }
     absl::StrAppend(&out, "]}\n");
     std::fputs(out.c_str(), stdout);

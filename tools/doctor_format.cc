@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/common.h"
+#include "common/json.h"
 #include "tools/doctor.h"
 
 namespace meshpool::tools {
@@ -50,43 +51,16 @@ void AppendDevice(std::string& out, const rdma::RdmaDeviceInfo& device) {
 }
 
 // ---- JSON -----------------------------------------------------------------
-std::string Quote(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 const char* Bool(bool value) { return value ? "true" : "false"; }
 
 // A byte count, or the string "unlimited".
 std::string Limit(uint64_t bytes) {
-  return bytes == kUnlimited ? Quote("unlimited") : absl::StrCat(bytes);
+  return bytes == kUnlimited ? JsonQuote("unlimited") : absl::StrCat(bytes);
 }
 
 std::string Strings(const std::vector<std::string>& items) {
   std::vector<std::string> quoted;
-  for (const std::string& item : items) quoted.push_back(Quote(item));
+  for (const std::string& item : items) quoted.push_back(JsonQuote(item));
   return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
 }
 
@@ -96,18 +70,18 @@ std::string DeviceJson(const rdma::RdmaDeviceInfo& device) {
     std::vector<std::string> gids;
     for (const rdma::RdmaGidInfo& gid : port.gids) {
       gids.push_back(absl::StrCat("{\"index\": ", gid.index,
-                                  ", \"gid\": ", Quote(gid.gid),
-                                  ", \"type\": ", Quote(gid.type),
-                                  ", \"netdev\": ", Quote(gid.netdev), "}"));
+                                  ", \"gid\": ", JsonQuote(gid.gid),
+                                  ", \"type\": ", JsonQuote(gid.type),
+                                  ", \"netdev\": ", JsonQuote(gid.netdev), "}"));
     }
     ports.push_back(absl::StrCat(
-        "{\"port\": ", port.port, ", \"state\": ", Quote(port.state),
+        "{\"port\": ", port.port, ", \"state\": ", JsonQuote(port.state),
         ", \"active\": ", Bool(port.active), ", \"link_layer\": ",
-        Quote(port.link_layer), ", \"active_mtu\": ", port.active_mtu,
+        JsonQuote(port.link_layer), ", \"active_mtu\": ", port.active_mtu,
         ", \"gids\": [", absl::StrJoin(gids, ", "), "]}"));
   }
-  return absl::StrCat("{\"name\": ", Quote(device.name),
-                      ", \"transport\": ", Quote(device.transport),
+  return absl::StrCat("{\"name\": ", JsonQuote(device.name),
+                      ", \"transport\": ", JsonQuote(device.transport),
                       ", \"max_mr_size\": ", device.max_mr_size,
                       ", \"max_qp_rd_atom\": ", device.max_qp_rd_atom,
                       ", \"max_qp_wr\": ", device.max_qp_wr,
@@ -195,25 +169,25 @@ std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
   }
   for (const RegistrationFacts& reg : facts.registrations) {
     registrations.push_back(absl::StrCat(
-        "{\"device\": ", Quote(reg.device), ", \"ok\": ", Bool(reg.ok),
-        ", \"error\": ", Quote(reg.error), ", \"bytes\": ", reg.bytes,
+        "{\"device\": ", JsonQuote(reg.device), ", \"ok\": ", Bool(reg.ok),
+        ", \"error\": ", JsonQuote(reg.error), ", \"bytes\": ", reg.bytes,
         ", \"seconds\": ", absl::StrFormat("%.6f", reg.seconds),
         ", \"ms_per_gib\": ", absl::StrFormat("%.1f", MsPerGiB(reg)),
-        ", \"page_kind\": ", Quote(reg.page_kind), "}"));
+        ", \"page_kind\": ", JsonQuote(reg.page_kind), "}"));
   }
   for (const Finding& f : report.findings) {
     findings.push_back(absl::StrCat(
-        "{\"severity\": ", Quote(SeverityName(f.severity)),
-        ", \"what\": ", Quote(f.what), ", \"fix\": ", Quote(f.fix), "}"));
+        "{\"severity\": ", JsonQuote(SeverityName(f.severity)),
+        ", \"what\": ", JsonQuote(f.what), ", \"fix\": ", JsonQuote(f.fix), "}"));
   }
   const MemlockFacts& memlock = facts.memlock;
   const HugePageFacts& huge = facts.hugepages;
   const KernelFacts& kernel = facts.kernel;
   return absl::StrCat(
       "{\n  \"pool_bytes\": ", options.pool_bytes,
-      ",\n  \"device\": ", Quote(options.device),
+      ",\n  \"device\": ", JsonQuote(options.device),
       ",\n  \"list_ok\": ", Bool(facts.list_ok),
-      ",\n  \"list_error\": ", Quote(facts.list_error), ",\n  \"devices\": [",
+      ",\n  \"list_error\": ", JsonQuote(facts.list_error), ",\n  \"devices\": [",
       absl::StrJoin(devices, ",\n    "), "]",
       ",\n  \"memlock\": {\"known\": ", Bool(memlock.known),
       ", \"soft\": ", Limit(memlock.soft), ", \"hard\": ", Limit(memlock.hard),
@@ -221,7 +195,7 @@ std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
       ",\n  \"hugepages\": {\"known\": ", Bool(huge.known),
       ", \"total\": ", huge.total, ", \"free\": ", huge.free,
       ", \"page_bytes\": ", huge.page_bytes,
-      ", \"transparent\": ", Quote(huge.transparent), "}",
+      ", \"transparent\": ", JsonQuote(huge.transparent), "}",
       ",\n  \"kernel\": {\"sysfs_devices\": ", Strings(kernel.sysfs_devices),
       ", \"uverbs\": ", Strings(kernel.uverbs),
       ", \"uverbs_denied\": ", Strings(kernel.uverbs_denied),
@@ -231,7 +205,7 @@ std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
       ",\n  \"findings\": [\n    ", absl::StrJoin(findings, ",\n    "), "]",
       ",\n  \"serving_devices\": ", Strings(report.serving_devices),
       ",\n  \"can_serve\": ", Bool(report.can_serve),
-      ",\n  \"verdict\": ", Quote(report.verdict), "\n}\n");
+      ",\n  \"verdict\": ", JsonQuote(report.verdict), "\n}\n");
 }
 
 }  // namespace meshpool::tools
