@@ -87,9 +87,10 @@ absl::StatusOr<std::unique_ptr<RawBench>> RawBench::Create(
           "the region's nodes use different transports; the raw bench "
           "drives one");
     }
-    MESHPOOL_ASSIGN_OR_RETURN(auto node,
-                              client_internal::NodeConnection::Create(
-                                  info, *bench->transport_, copts));
+    MESHPOOL_ASSIGN_OR_RETURN(
+        auto node,
+        client_internal::NodeConnection::Create(
+            info, *bench->transport_, info.transport_addresses(0), copts));
     bench->nodes_.push_back(std::move(node));
   }
   bench->bytes_ = layout.size();

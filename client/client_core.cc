@@ -1,5 +1,6 @@
 #include "client/client_core.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 #include <vector>
@@ -11,23 +12,30 @@
 namespace meshpool::client_internal {
 namespace {
 
+// One caller buffer, registered with every transport the client reaches
+// nodes by; unregisters (and leaves the registry) when destroyed.
 class RegisteredBufferImpl : public Client::RegisteredBuffer {
  public:
+  struct Registration {
+    const rdma::Transport* transport;
+    std::unique_ptr<rdma::MemoryRegion> region;
+  };
   RegisteredBufferImpl(void* addr, size_t length,
-                       std::unique_ptr<rdma::MemoryRegion> region,
-                       const rdma::Transport* transport,
+                       std::vector<Registration> registrations,
                        std::shared_ptr<BufferRegistry> registry)
       : span_(static_cast<char*>(addr), length),
-        region_(std::move(region)),
+        registrations_(std::move(registrations)),
         registry_(std::move(registry)) {
-    registry_->Add(addr, length, region_->lkey(), transport);
+    for (const Registration& r : registrations_) {
+      registry_->Add(addr, length, r.region->lkey(), r.transport);
+    }
   }
   ~RegisteredBufferImpl() override { registry_->Remove(span_.data()); }
   absl::Span<char> span() const override { return span_; }
 
  private:
   absl::Span<char> span_;
-  std::unique_ptr<rdma::MemoryRegion> region_;
+  std::vector<Registration> registrations_;
   std::shared_ptr<BufferRegistry> registry_;
 };
 
@@ -81,7 +89,61 @@ absl::Status ClientCore::Init() {
                                             [this](const proto::ClusterMap& m) {
                                               OnMap(m, /*from_watch=*/true);
                                             }));
+  keeper_ = std::thread([this] { KeeperLoop(); });
   return absl::OkStatus();
+}
+
+ClientCore::~ClientCore() {
+  if (keeper_.joinable()) {
+    {
+      absl::MutexLock lock(&keeper_mu_);
+      keeper_stop_ = true;
+    }
+    keeper_.join();
+  }
+  {
+    absl::MutexLock lock(&keeper_mu_);
+    if (abandoned_) return;
+  }
+  for (const std::shared_ptr<NodeConnection>& c : Connections()) {
+    c->session().Close(c->counters());
+  }
+}
+
+void ClientCore::AbandonSessions() {
+  {
+    absl::MutexLock lock(&keeper_mu_);
+    keeper_stop_ = true;
+    abandoned_ = true;
+  }
+  if (keeper_.joinable()) keeper_.join();
+}
+
+std::vector<std::shared_ptr<NodeConnection>> ClientCore::Connections() {
+  std::vector<std::shared_ptr<NodeConnection>> all;
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, conn] : connections_) all.push_back(conn);
+  return all;
+}
+
+void ClientCore::ForEachConnection(
+    const std::function<void(NodeConnection&)>& fn) {
+  for (const std::shared_ptr<NodeConnection>& c : Connections()) fn(*c);
+}
+
+void ClientCore::KeeperLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&keeper_mu_);
+      if (keeper_mu_.AwaitWithTimeout(absl::Condition(&keeper_stop_),
+                                      kKeeperInterval)) {
+        return;
+      }
+    }
+    for (const std::shared_ptr<NodeConnection>& c : Connections()) {
+      c->session().KeepAlive(c->counters());
+    }
+  }
 }
 
 absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(
@@ -115,14 +177,58 @@ absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>> ClientCore::Register(
     return absl::InvalidArgumentError(
         "RegisterBuffer needs a non-null, non-empty range");
   }
-  // Registered with the transport the cluster's nodes are reached by: a
-  // registration is usable only on the transport that made it.
-  MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport,
-                            TransportFor(DataScheme()));
-  MESHPOOL_ASSIGN_OR_RETURN(auto region,
-                            transport->RegisterMemory(addr, length));
+  // Registered with every transport the cluster's live nodes are reached
+  // by: a registration is usable only on the transport that made it.
+  std::vector<RegisteredBufferImpl::Registration> registrations;
+  for (rdma::Transport* transport : TransportsInUse()) {
+    MESHPOOL_ASSIGN_OR_RETURN(auto region,
+                              transport->RegisterMemory(addr, length));
+    registrations.push_back({transport, std::move(region)});
+  }
   return std::unique_ptr<Client::RegisteredBuffer>(new RegisteredBufferImpl(
-      addr, length, std::move(region), transport, buffers_));
+      addr, length, std::move(registrations), buffers_));
+}
+
+std::vector<rdma::Transport*> ClientCore::TransportsInUse() {
+  std::vector<rdma::Transport*> out;
+  auto add = [&](rdma::Transport* t) {
+    if (t != nullptr && std::find(out.begin(), out.end(), t) == out.end()) {
+      out.push_back(t);
+    }
+  };
+  std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
+  for (const proto::NodeEntry& e : map->nodes()) {
+    if (e.state() != proto::NODE_ALIVE) continue;
+    for (absl::string_view address : CandidateAddresses(e.info())) {
+      absl::StatusOr<rdma::Transport*> t = TransportFor(address);
+      if (t.ok()) add(*t);
+    }
+  }
+  if (out.empty()) {
+    absl::StatusOr<rdma::Transport*> t = TransportFor("tcp://");
+    if (t.ok()) add(*t);
+  }
+  return out;
+}
+
+// The addresses to try for a node, best first: its shared-memory address
+// when it is on this host (and no test transport overrides), then its main
+// one.
+std::vector<std::string> ClientCore::CandidateAddresses(
+    const proto::NodeInfo& info) const {
+  std::vector<std::string> out;
+  if (!options_.transport) {
+    for (const std::string& a : info.transport_addresses()) {
+      if (rdma::IsLocalShmAddress(a)) out.push_back(a);
+    }
+  }
+  for (const std::string& a : info.transport_addresses()) {
+    if (!absl::StartsWith(a, "shm://")) {
+      out.push_back(a);
+      break;
+    }
+  }
+  return out;
 }
 
 // Adopts `map` when it is newer. A map from the watch is adopted even when
@@ -167,37 +273,33 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Connection(
     auto it = connections_.find(key);
     if (it != connections_.end()) return it->second;
   }
-  absl::string_view address = info.transport_addresses().empty()
-                                  ? absl::string_view()
-                                  : info.transport_addresses(0);
-  MESHPOOL_ASSIGN_OR_RETURN(rdma::Transport * transport, TransportFor(address));
   ConnectionOptions copts;
   copts.client_id = client_id_;
   copts.connect_timeout = options_.connect_timeout;
   copts.op_timeout = options_.op_timeout;
-  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<NodeConnection> conn,
-                            NodeConnection::Create(info, *transport, copts));
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = connections_.emplace(key, conn);
-  return it->second;
-}
-
-// The scheme of the first live node's transport address ("verbs://" or
-// "tcp://"); "tcp://" when there is none yet.
-std::string ClientCore::DataScheme() {
-  std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
-  for (const proto::NodeEntry& e : map->nodes()) {
-    if (e.state() != proto::NODE_ALIVE ||
-        e.info().transport_addresses().empty()) {
+  std::vector<std::string> addresses = CandidateAddresses(info);
+  absl::Status last = absl::FailedPreconditionError(absl::StrCat(
+      "node ", info.node_id(), " registered no transport address"));
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    absl::StatusOr<rdma::Transport*> transport = TransportFor(addresses[i]);
+    if (!transport.ok()) {
+      last = transport.status();
       continue;
     }
-    absl::string_view address = e.info().transport_addresses(0);
-    size_t end = address.find("://");
-    if (end != absl::string_view::npos) {
-      return std::string(address.substr(0, end + 3));
+    absl::StatusOr<std::shared_ptr<NodeConnection>> conn =
+        NodeConnection::Create(info, **transport, addresses[i], copts);
+    if (!conn.ok()) {
+      last = conn.status();
+      continue;
     }
+    // A same-host address is used only once a lane connects (the socket
+    // may be another user's, or the node's mount namespace another).
+    if (i + 1 < addresses.size() && !(*conn)->AcquireLane().ok()) continue;
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = connections_.emplace(key, *conn);
+    return it->second;
   }
-  return "tcp://";
+  return last;
 }
 
 absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
@@ -210,24 +312,43 @@ absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
     }
     return tcp_.get();
   }
-  if (absl::StartsWith(address, "verbs://")) {
-    if (!verbs_) {
-      absl::StatusOr<std::unique_ptr<rdma::Transport>> verbs =
-          rdma::CreateVerbsTransport(VerbsOptionsFrom(options_.rdma));
-      if (!verbs.ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("node at ", address,
-                         " serves RDMA (verbs), but this client "
-                         "cannot open an RDMA device: ",
-                         verbs.status().message(), " (run `meshpool doctor`)"));
+  if (absl::StartsWith(address, "shm://")) {
+    if (!shm_) {
+      rdma::ShmOptions shm;
+      absl::StatusOr<rdma::ShmAddress> parsed = rdma::ParseShmAddress(address);
+      if (parsed.ok() && absl::StartsWith(parsed->atomics, "verbs://")) {
+        // Atomics go through the node's device (DESIGN §3), so this client
+        // needs its own verbs transport for them.
+        MESHPOOL_ASSIGN_OR_RETURN(shm.atomics_transport, VerbsLocked(address));
       }
-      verbs_ = *std::move(verbs);
+      MESHPOOL_ASSIGN_OR_RETURN(shm_, rdma::CreateShmTransport(std::move(shm)));
     }
-    return verbs_.get();
+    return shm_.get();
+  }
+  if (absl::StartsWith(address, "verbs://")) {
+    return VerbsLocked(address);
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "node transport address '", address,
-      "' uses a transport this client does not support (have: tcp, verbs)"));
+      "' uses a transport this client does not support (have: tcp, verbs, "
+      "shm)"));
+}
+
+absl::StatusOr<rdma::Transport*> ClientCore::VerbsLocked(
+    absl::string_view address) {
+  if (!verbs_) {
+    absl::StatusOr<std::unique_ptr<rdma::Transport>> verbs =
+        rdma::CreateVerbsTransport(VerbsOptionsFrom(options_.rdma));
+    if (!verbs.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node at ", address,
+                       " serves RDMA (verbs), but this client "
+                       "cannot open an RDMA device: ",
+                       verbs.status().message(), " (run `meshpool doctor`)"));
+    }
+    verbs_ = *std::move(verbs);
+  }
+  return verbs_.get();
 }
 
 }  // namespace meshpool::client_internal

@@ -11,9 +11,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +40,9 @@ class ClientCore {
   // REQUIRES: options.coordinator is set.
   static absl::StatusOr<std::shared_ptr<ClientCore>> Start(
       ClientOptions options);
+  // Stops the session keeper and closes this client's sessions (its pins
+  // on the nodes go with them).
+  ~ClientCore();
   ClientCore(const ClientCore&) = delete;
   ClientCore& operator=(const ClientCore&) = delete;
 
@@ -70,14 +76,38 @@ class ClientCore {
 
   uint64_t NextSequence(uint64_t n = 1) { return sequence_.fetch_add(n); }
 
+  // Tests: behave as if this process died — stop renewing sessions and
+  // never close them, so the nodes expire them (and drop their pins).
+  void AbandonSessions();
+
+  // Calls fn on every connection this client holds now.
+  void ForEachConnection(const std::function<void(NodeConnection&)>& fn);
+
+  // How often the keeper looks at sessions (each renews every quarter of
+  // its lease).
+  static constexpr absl::Duration kKeeperInterval = absl::Milliseconds(250);
+
  private:
   explicit ClientCore(ClientOptions options);
   absl::Status Init();
+  // Renews sessions (and opens one where a connection has counters to
+  // report) until Stop.
+  void KeeperLoop();
+  std::vector<std::shared_ptr<NodeConnection>> Connections();
   // Adopts `map` when it is newer (see client_core.cc).
   void OnMap(const proto::ClusterMap& map, bool from_watch = false);
   static std::string ConnKey(const proto::NodeInfo& info);
-  std::string DataScheme();
+  // The transport serving `address` (made on first use). FailedPrecondition
+  // for a scheme this client cannot use (verbs without a device).
   absl::StatusOr<rdma::Transport*> TransportFor(absl::string_view address);
+  absl::StatusOr<rdma::Transport*> VerbsLocked(absl::string_view address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Addresses to reach a node by, best first (same-host shm, then main).
+  std::vector<std::string> CandidateAddresses(
+      const proto::NodeInfo& info) const;
+  // Every transport the live nodes are reached by (RegisterBuffer
+  // registers with each).
+  std::vector<rdma::Transport*> TransportsInUse();
 
   const ClientOptions options_;
   const std::string client_id_;
@@ -91,6 +121,8 @@ class ClientCore {
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<rdma::Transport> verbs_ ABSL_GUARDED_BY(mu_);
+  // After verbs_: its forwarded atomics use verbs_.
+  std::unique_ptr<rdma::Transport> shm_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
   uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections go before the transport they use.
@@ -98,6 +130,10 @@ class ClientCore {
       ABSL_GUARDED_BY(mu_);
   // Stops first: no map callback runs into a half-destroyed core.
   std::unique_ptr<placement::CoordinatorClient::Watch> watch_;
+  absl::Mutex keeper_mu_;
+  bool keeper_stop_ ABSL_GUARDED_BY(keeper_mu_) = false;
+  bool abandoned_ ABSL_GUARDED_BY(keeper_mu_) = false;
+  std::thread keeper_;  // joined in the destructor
 };
 
 }  // namespace meshpool::client_internal

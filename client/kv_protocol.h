@@ -76,24 +76,42 @@ absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
 absl::StatusOr<bool> KeyExists(NodeConnection& node, const KeyRef& key,
                                int max_verify_retries);
 
-// Batched forms on one node: bucket reads for all keys in one post, object
-// reads for all keys in the next; keys that need more fall back to the
-// single-key protocol. `results` has one entry per key.
+// Where a batched GET's value goes: the caller's buffer, and its
+// registration (lkey) with the node's transport when it has one (then the
+// value moves straight into it).
+struct GetTarget {
+  absl::Span<char> out;
+  std::optional<uint32_t> lkey;
+};
+// A batched PUT's value, and its registration when it has one (then the
+// value is written straight from it).
+struct PutSource {
+  absl::string_view value;
+  std::optional<uint32_t> lkey;
+};
+
+// Batched forms on one node, one status per key in `results`; each phase
+// is one post (one doorbell) for the whole batch, and a key that needs
+// more falls back to the single-key protocol (kv_batch_get.cc,
+// kv_batch_put.cc say which posts).
 void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
-                    absl::Span<const absl::Span<char>> outs,
-                    int max_verify_retries,
+                    absl::Span<const GetTarget> targets, int max_verify_retries,
                     absl::Span<absl::StatusOr<size_t>> results);
 // Bucket reads for all keys in one post, header+key reads of every candidate
 // in the next; a key whose candidate is torn falls back to KeyExists.
+// With `found`, the slot word and slot offset of each present key (for
+// pinning; 0 for absent keys).
+struct FoundSlot {
+  uint64_t slot_offset = 0;
+  uint64_t word = 0;
+};
 void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
                     int max_verify_retries,
-                    absl::Span<absl::StatusOr<bool>> results);
-// Objects for all keys are written in one post (one flush); each is then
-// published with its own CAS.
+                    absl::Span<absl::StatusOr<bool>> results,
+                    std::vector<FoundSlot>* found = nullptr);
 void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
-                    absl::Span<const absl::string_view> values,
-                    uint64_t first_sequence,
-                    absl::Span<absl::Status> results);
+                    absl::Span<const PutSource> sources,
+                    uint64_t first_sequence, absl::Span<absl::Status> results);
 
 // Copies a value into `out`: OutOfRange naming the needed size when short.
 absl::Status CopyValueTo(absl::string_view value, absl::Span<char> out,

@@ -5,9 +5,9 @@
 namespace meshpool::client_internal {
 
 absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes) {
-  return absl::OutOfRangeError(absl::StrCat(
-      "value is ", value_bytes, " bytes but the buffer holds ", buffer_bytes,
-      "; pass a buffer of at least that size"));
+  return absl::OutOfRangeError(
+      absl::StrCat("value is ", value_bytes, " bytes but the buffer holds ",
+                   buffer_bytes, "; pass a buffer of at least that size"));
 }
 
 absl::StatusOr<Session> OpenSession(NodeConnection& node) {
@@ -109,6 +109,10 @@ void RemoveDuplicates(Session& s, const KeyRef& key) {
 
 }  // namespace
 
+void RemoveDuplicateSlots(Session& s, const KeyRef& key) {
+  RemoveDuplicates(s, key);
+}
+
 bool HintHolds(const KeyRef& key, const Buckets& b,
                const store::PoolLayout& layout,
                const std::optional<SlotCache::Hint>& hint, int* slot) {
@@ -180,9 +184,9 @@ absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
     if (mine->size() != 1) RemoveDuplicates(s, key);
     return absl::OkStatus();
   }
-  return absl::UnavailableError(absl::StrCat(
-      "gave up publishing after ", kMaxPublishRounds,
-      " lost races on one key; retry"));
+  return absl::UnavailableError(absl::StrCat("gave up publishing after ",
+                                             kMaxPublishRounds,
+                                             " lost races on one key; retry"));
 }
 
 }  // namespace meshpool::client_internal

@@ -103,8 +103,8 @@ class Session {
     std::vector<rdma::Completion> done(std::min(wrs.size(), rdma::kMaxBatch));
     for (size_t i = 0; i < wrs.size(); i += rdma::kMaxBatch) {
       auto chunk = wrs.subspan(i, rdma::kMaxBatch);
-      absl::Status s = rdma::PostAndWait(lane_->endpoint(), chunk,
-                                         absl::MakeSpan(done), node_.op_timeout());
+      absl::Status s = rdma::PostAndWait(
+          lane_->endpoint(), chunk, absl::MakeSpan(done), node_.op_timeout());
       if (!s.ok()) {
         lane_.Discard();
         return absl::UnavailableError(absl::StrCat(
@@ -135,7 +135,8 @@ class Session {
     AddRead(wrs, dst + store::kBucketBytes, second, store::kBucketBytes);
     for (size_t i = 0; i < store::kSlotsPerBucket; ++i) {
       b->slot_offset[i] = first + i * store::kSlotBytes;
-      b->slot_offset[store::kSlotsPerBucket + i] = second + i * store::kSlotBytes;
+      b->slot_offset[store::kSlotsPerBucket + i] =
+          second + i * store::kSlotBytes;
     }
   }
 
@@ -145,8 +146,8 @@ class Session {
   uint64_t ObjectReadLength(uint64_t word) const {
     store::Slot slot = store::DecodeSlot(word);
     const store::PoolLayout& layout = node_.layout();
-    return std::min({slot.size_bound, layout.slab_bytes,
-                     layout.pool_bytes - slot.offset});
+    return std::min(
+        {slot.size_bound, layout.slab_bytes, layout.pool_bytes - slot.offset});
   }
 
   // The candidate slots that hold `key` (checked by header and key).
@@ -281,6 +282,9 @@ struct PutPrefetch {
 absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline,
                      const PutPrefetch* prefetched = nullptr);
+// After an insert raced another writer's insert of the same key: clears
+// every slot holding the key but the first in bucket order (best effort).
+void RemoveDuplicateSlots(Session& s, const KeyRef& key);
 
 }  // namespace meshpool::client_internal
 

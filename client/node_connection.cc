@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(
 
 absl::StatusOr<absl::Span<char>> Lane::Staging(size_t bytes) {
   if (bytes > buffer_bytes_) {
-    size_t size = std::max(bytes, std::max(kMinStagingBytes, 2 * buffer_bytes_));
+    size_t size =
+        std::max(bytes, std::max(kMinStagingBytes, 2 * buffer_bytes_));
     // Unregister and free the old buffer first; until the new one is both
     // allocated and registered the lane has none.
     region_.reset();
@@ -59,13 +60,16 @@ absl::StatusOr<absl::Span<char>> Lane::Staging(size_t bytes) {
 }
 
 NodeConnection::LaneLease::~LaneLease() {
-  if (lane_ && lane_->endpoint().healthy()) owner_->ReturnLane(std::move(lane_));
+  if (lane_ && lane_->endpoint().healthy())
+    owner_->ReturnLane(std::move(lane_));
 }
 
 NodeConnection::NodeConnection(const proto::NodeInfo& info,
                                rdma::Transport& transport,
+                               absl::string_view address,
                                const ConnectionOptions& options)
     : info_(info),
+      address_(address),
       transport_(transport),
       options_(options),
       read_lease_(absl::Milliseconds(info.max_read_lease_ms())) {}
@@ -85,29 +89,40 @@ NodeConnection::~NodeConnection() {
 
 absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
     const proto::NodeInfo& info, rdma::Transport& transport,
-    const ConnectionOptions& options) {
-  if (info.transport_addresses().empty()) {
+    absl::string_view address, const ConnectionOptions& options) {
+  if (address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", info.node_id(), " registered no transport address"));
   }
   std::shared_ptr<NodeConnection> conn(
-      new NodeConnection(info, transport, options));
+      new NodeConnection(info, transport, address, options));
   const proto::PoolLayout& l = info.layout();
   conn->layout_ = store::PoolLayout{l.pool_bytes(),       l.index_offset(),
                                     l.bucket_count(),     l.slab_area_offset(),
-                                    l.slab_bytes(),       l.slab_count()};
+                                    l.slab_bytes(),       l.slab_count(),
+                                    l.slab_meta_offset(), l.pin_area_offset(),
+                                    l.pin_sessions(),     l.pins_per_session()};
   if (conn->layout_.bucket_count == 0 || conn->layout_.slab_bytes == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", info.node_id(), " registered an empty pool layout"));
   }
+  conn->touched_ms_.reset(new std::atomic<int64_t>[conn->layout_.slab_count]());
   conn->stub_ = proto::Node::NewStub(grpc::CreateChannel(
       info.control_address(), grpc::InsecureChannelCredentials()));
   return conn;
 }
 
+bool NodeConnection::ShouldTouch(uint64_t slab) {
+  if (slab >= layout_.slab_count) return false;
+  int64_t now = absl::ToUnixMillis(absl::Now());
+  std::atomic<int64_t>& last = touched_ms_[slab];
+  int64_t seen = last.load(std::memory_order_relaxed);
+  if (now - seen < absl::ToInt64Milliseconds(kTouchInterval)) return false;
+  return last.compare_exchange_strong(seen, now, std::memory_order_relaxed);
+}
+
 std::string NodeConnection::Describe() const {
-  return absl::StrCat("node ", info_.node_id(), " (",
-                      info_.transport_addresses(0), ")");
+  return absl::StrCat("node ", info_.node_id(), " (", address_, ")");
 }
 
 absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
@@ -120,7 +135,7 @@ absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
     }
   }
   auto lane = Lane::Create(
-      transport_, info_.transport_addresses(0),
+      transport_, address_,
       [this](const std::string& request) { return Handshake(request); });
   if (!lane.ok()) {
     return absl::UnavailableError(absl::StrCat(
@@ -134,10 +149,12 @@ void NodeConnection::ReturnLane(std::unique_ptr<Lane> lane) {
   absl::MutexLock lock(&lanes_mu_);
   // Beyond a few idle lanes, close the connection: a burst of concurrency
   // must not pin connections (and responder threads) on the node forever.
-  if (idle_lanes_.size() < kMaxIdleLanes) idle_lanes_.push_back(std::move(lane));
+  if (idle_lanes_.size() < kMaxIdleLanes)
+    idle_lanes_.push_back(std::move(lane));
 }
 
-grpc::ClientContext* NodeConnection::NewContext(grpc::ClientContext& ctx) const {
+grpc::ClientContext* NodeConnection::NewContext(
+    grpc::ClientContext& ctx) const {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.connect_timeout));
   return &ctx;
 }
@@ -184,15 +201,18 @@ void NodeConnection::ReleaseSlabs(const std::vector<uint64_t>& slabs) {
   }
 }
 
-absl::Status NodeConnection::GrantSlabLocked(std::vector<uint64_t>* release) {
+absl::Status NodeConnection::GrantSlabLocked(absl::Duration* retry_after) {
+  *retry_after = absl::ZeroDuration();
   if (has_slab_) {
     // Sealing the slab early lets the node reclaim it sooner, but only once
     // every object carved from it is published: a slab sealed with an
     // object still to be published could be freed before that CAS lands.
+    // Released before asking for the next one, so a full node sees the
+    // slab sealed (evictable) when it decides how to answer.
     SlabUse& use = slab_uses_[grant_];
     use.retired = true;
     if (use.outstanding == 0) {
-      release->push_back(slab_);
+      ReleaseSlabs({slab_});
       slab_uses_.erase(grant_);
     }
     has_slab_ = false;
@@ -206,10 +226,14 @@ absl::Status NodeConnection::GrantSlabLocked(std::vector<uint64_t>* release) {
   MESHPOOL_RETURN_IF_ERROR(
       FromGrpc(stub_->GrantSlab(NewContext(ctx), request, &reply),
                absl::StrCat("slab grant from ", Describe())));
+  if (reply.retry_after_ms() > 0) {
+    *retry_after = absl::Milliseconds(reply.retry_after_ms());
+    return absl::OkStatus();
+  }
   if (reply.offset() < layout_.slab_area_offset ||
       reply.offset() + reply.length() > layout_.pool_bytes) {
-    return absl::InternalError(absl::StrCat(Describe(),
-                                            " granted a slab outside its pool"));
+    return absl::InternalError(
+        absl::StrCat(Describe(), " granted a slab outside its pool"));
   }
   has_slab_ = true;
   slab_ = reply.slab();
@@ -232,26 +256,38 @@ absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
         " holds (its slab size, ", layout_.slab_bytes,
         " bytes); split the value or start nodes with a larger --slab-size"));
   }
-  std::vector<uint64_t> release;
-  absl::StatusOr<Allocation> result;
-  {
-    absl::MutexLock lock(&slab_mu_);
-    absl::Time now = absl::Now();
-    bool fits = has_slab_ && slab_cursor_ + bytes <= slab_end_;
-    bool window_left = has_slab_ && (slab_deadline_ - now) * 100 >
-                                        slab_window_ * kMinRemainingPercent;
-    absl::Status granted = absl::OkStatus();
-    if (!fits || !window_left) granted = GrantSlabLocked(&release);
-    if (granted.ok()) {
-      ++slab_uses_[grant_].outstanding;
-      result = Allocation(this, grant_, slab_cursor_, slab_deadline_);
-      slab_cursor_ += bytes;
-    } else {
-      result = granted;
+  const absl::Time give_up = absl::Now() + options_.op_timeout;
+  while (true) {
+    absl::StatusOr<Allocation> result;
+    absl::Duration retry_after;
+    {
+      absl::MutexLock lock(&slab_mu_);
+      absl::Time now = absl::Now();
+      bool fits = has_slab_ && slab_cursor_ + bytes <= slab_end_;
+      bool window_left = has_slab_ && (slab_deadline_ - now) * 100 >
+                                          slab_window_ * kMinRemainingPercent;
+      absl::Status granted = absl::OkStatus();
+      if (!fits || !window_left) {
+        granted = GrantSlabLocked(&retry_after);
+      }
+      if (!granted.ok()) {
+        result = granted;
+      } else if (retry_after == absl::ZeroDuration()) {
+        ++slab_uses_[grant_].outstanding;
+        result = Allocation(this, grant_, slab_cursor_, slab_deadline_);
+        slab_cursor_ += bytes;
+      }
     }
+    if (retry_after == absl::ZeroDuration()) return result;
+    // The node is full and evicting: wait for a slab, within op_timeout.
+    absl::Time now = absl::Now();
+    if (now + retry_after > give_up) {
+      return absl::UnavailableError(
+          absl::StrCat(Describe(), " is full and still evicting after ",
+                       absl::FormatDuration(options_.op_timeout), "; retry"));
+    }
+    absl::SleepFor(retry_after);
   }
-  ReleaseSlabs(release);
-  return result;
 }
 
 absl::StatusOr<proto::NodeStats> NodeConnection::GetStats() {
@@ -279,17 +315,59 @@ absl::StatusOr<std::vector<uint64_t>> NodeConnection::DigestRanges(
       FromGrpc(stub_->DigestRanges(NewContext(ctx), request, &reply),
                absl::StrCat("digests from ", Describe())));
   if (reply.digests_size() != request.ranges_size()) {
-    return absl::UnavailableError(absl::StrCat(
-        Describe(), " answered ", reply.digests_size(), " digests for ",
-        request.ranges_size(), " ranges; retry"));
+    return absl::UnavailableError(
+        absl::StrCat(Describe(), " answered ", reply.digests_size(),
+                     " digests for ", request.ranges_size(), " ranges; retry"));
   }
   return std::vector<uint64_t>(reply.digests().begin(), reply.digests().end());
+}
+
+absl::StatusOr<proto::OpenSessionReply> NodeConnection::OpenSession() {
+  proto::OpenSessionRequest request;
+  request.set_client_id(options_.client_id);
+  request.set_incarnation(incarnation());
+  proto::OpenSessionReply reply;
+  grpc::ClientContext ctx;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->OpenSession(NewContext(ctx), request, &reply),
+               absl::StrCat("session with ", Describe())));
+  return reply;
+}
+
+absl::StatusOr<proto::RenewSessionReply> NodeConnection::RenewSession(
+    uint32_t session, uint64_t token, const proto::KvClientStats& stats) {
+  proto::RenewSessionRequest request;
+  request.set_session(session);
+  request.set_token(token);
+  *request.mutable_stats() = stats;
+  proto::RenewSessionReply reply;
+  grpc::ClientContext ctx;
+  MESHPOOL_RETURN_IF_ERROR(
+      FromGrpc(stub_->RenewSession(NewContext(ctx), request, &reply),
+               absl::StrCat("session renewal with ", Describe())));
+  return reply;
+}
+
+absl::Status NodeConnection::CloseSession(uint32_t session, uint64_t token,
+                                          const proto::KvClientStats& stats) {
+  proto::CloseSessionRequest request;
+  request.set_session(session);
+  request.set_token(token);
+  *request.mutable_stats() = stats;
+  proto::CloseSessionReply reply;
+  grpc::ClientContext ctx;
+  return FromGrpc(stub_->CloseSession(NewContext(ctx), request, &reply),
+                  absl::StrCat("closing the session with ", Describe()));
 }
 
 absl::StatusOr<std::string> NodeConnection::Handshake(
     const std::string& request) {
   proto::HandshakeRequest message;
-  message.set_transport(std::string(transport_.name()));
+  // Over shm only the forwarded atomics' endpoint (the node's own
+  // transport) shakes hands: name none, the node answers for its own.
+  if (transport_.name() != "shm") {
+    message.set_transport(std::string(transport_.name()));
+  }
   message.set_request(request);
   proto::HandshakeReply reply;
   grpc::ClientContext ctx;

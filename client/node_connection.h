@@ -8,6 +8,7 @@
 #ifndef MESHPOOL_CLIENT_NODE_CONNECTION_H_
 #define MESHPOOL_CLIENT_NODE_CONNECTION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/node_session.h"
 #include "client/slot_cache.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
@@ -62,15 +64,17 @@ struct ConnectionOptions {
 
 class NodeConnection {
  public:
-  // REQUIRES: `transport` outlives the connection.
+  // Lanes connect to `address` (one of info's transport addresses, the
+  // one `transport` serves). REQUIRES: `transport` outlives the connection.
   static absl::StatusOr<std::shared_ptr<NodeConnection>> Create(
       const proto::NodeInfo& info, rdma::Transport& transport,
-      const ConnectionOptions& options);
+      absl::string_view address, const ConnectionOptions& options);
   ~NodeConnection();
 
   const proto::NodeInfo& info() const { return info_; }
-  // The transport this node is reached by.
+  // The transport this node is reached by, and the address.
   const rdma::Transport& transport() const { return transport_; }
+  const std::string& address() const { return address_; }
   const store::PoolLayout& layout() const { return layout_; }
   uint64_t incarnation() const { return info_.incarnation(); }
   uint64_t pool_addr() const { return info_.pool().addr(); }
@@ -125,7 +129,9 @@ class NodeConnection {
   };
   // Carves `bytes` (a multiple of kObjectAlign) out of the current slab,
   // asking the node for a new slab when it is full or its lease is ending.
-  // ResourceExhausted when the node has no free slab; Unavailable when it
+  // When the node is full and evicting, waits for a slab to come free, up
+  // to op_timeout (then Unavailable). ResourceExhausted when nothing on
+  // the node can be evicted (all pinned, or regions); Unavailable when it
   // cannot be reached; FailedPrecondition when it restarted.
   absl::StatusOr<Allocation> Allocate(uint64_t bytes);
 
@@ -143,6 +149,20 @@ class NodeConnection {
   absl::StatusOr<std::vector<uint64_t>> DigestRanges(
       absl::Span<const PoolRange> ranges);
 
+  // Session RPCs (NodeSession calls them). FailedPrecondition when the
+  // node restarted; ResourceExhausted (open) when it has no free pin
+  // table; NotFound (renew) when the session expired; Unavailable.
+  absl::StatusOr<proto::OpenSessionReply> OpenSession();
+  absl::StatusOr<proto::RenewSessionReply> RenewSession(
+      uint32_t session, uint64_t token, const proto::KvClientStats& stats);
+  absl::Status CloseSession(uint32_t session, uint64_t token,
+                            const proto::KvClientStats& stats);
+
+  // This client's session (pins) on the node, and its counters.
+  NodeSession& session() { return session_; }
+  KvCounters& counters() { return counters_; }
+  const KvCounters& counters() const { return counters_; }
+
   // Sends a transport's connection request to the node's Handshake RPC.
   absl::StatusOr<std::string> Handshake(const std::string& request);
 
@@ -152,20 +172,27 @@ class NodeConnection {
   // Where keys' slots were last seen on this node (hints only).
   SlotCache& slot_cache() { return slot_cache_; }
 
+  // True at most once per kTouchInterval for each slab: whether a GET that
+  // read from `slab` should mark it read (the WRITE of its slab table
+  // "touched" word that earns it the evictor's second chance). Thread-safe.
+  bool ShouldTouch(uint64_t slab);
+  static constexpr absl::Duration kTouchInterval = absl::Seconds(1);
+
  private:
   NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
-                 const ConnectionOptions& options);
+                 absl::string_view address, const ConnectionOptions& options);
   void ReturnLane(std::unique_ptr<Lane> lane);
   // Replaces the current slab; the old one is released once no allocation
-  // in it is outstanding (its slab number goes to *release when that is
-  // already so).
-  absl::Status GrantSlabLocked(std::vector<uint64_t>* release)
+  // in it is outstanding (at once when that is already so).
+  // *retry_after > 0: the node is evicting, no slab yet; ask again then.
+  absl::Status GrantSlabLocked(absl::Duration* retry_after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
   void AllocationDone(uint64_t grant);
   void ReleaseSlabs(const std::vector<uint64_t>& slabs);
   grpc::ClientContext* NewContext(grpc::ClientContext& ctx) const;
 
   const proto::NodeInfo info_;
+  const std::string address_;  // where lanes connect
   store::PoolLayout layout_;
   rdma::Transport& transport_;
   const ConnectionOptions options_;
@@ -195,6 +222,10 @@ class NodeConnection {
   absl::flat_hash_map<uint64_t, SlabUse> slab_uses_ ABSL_GUARDED_BY(slab_mu_);
 
   SlotCache slot_cache_;
+  KvCounters counters_;
+  NodeSession session_{*this};
+  // Per slab: when this client last marked it read (ms since the epoch).
+  std::unique_ptr<std::atomic<int64_t>[]> touched_ms_;
 };
 
 }  // namespace meshpool::client_internal

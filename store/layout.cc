@@ -1,5 +1,6 @@
 #include "store/layout.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -57,40 +58,96 @@ uint64_t PoolLayout::slab_of(uint64_t offset) const {
   return slab < slab_count ? slab : slab_count;
 }
 
+namespace {
+
+constexpr uint64_t kAreaAlign = 4096;  // every area starts on a page
+
+// Bytes of the pin area, or InvalidArgument when the choice cannot fit.
+absl::StatusOr<uint64_t> PinAreaBytes(uint64_t pool_bytes,
+                                      uint32_t& pin_sessions,
+                                      uint32_t& pins_per_session) {
+  if (pin_sessions == 0) pin_sessions = kDefaultPinSessions;
+  if (pins_per_session == 0) {
+    uint64_t per = pool_bytes / 64 / (kPinEntryBytes * pin_sessions);
+    per = std::bit_floor(std::max<uint64_t>(per, 1));
+    pins_per_session = static_cast<uint32_t>(
+        std::clamp<uint64_t>(per, kMinPinsPerSession, kMaxPinsPerSession));
+  }
+  // Both factors are below 2^32, so the product fits; the entry size is
+  // applied only once it is known to be below the pool.
+  const uint64_t entries = uint64_t{pin_sessions} * pins_per_session;
+  if (entries > pool_bytes / kPinEntryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pin_sessions, " pin tables of ", pins_per_session,
+        " entries do not fit a pool of ", pool_bytes,
+        " bytes; ask for fewer sessions or pins, or raise --capacity"));
+  }
+  return entries * kPinEntryBytes;
+}
+
+}  // namespace
+
 absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
                                          uint64_t slab_bytes,
-                                         uint64_t bucket_count) {
+                                         uint64_t bucket_count,
+                                         uint32_t pin_sessions,
+                                         uint32_t pins_per_session) {
   if (pool_bytes > kMaxPoolBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pool of ", pool_bytes, " bytes exceeds the addressable ",
-        kMaxPoolBytes, " bytes; use a smaller --capacity"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool of ", pool_bytes, " bytes exceeds the addressable ",
+                     kMaxPoolBytes, " bytes; use a smaller --capacity"));
   }
   if (slab_bytes == 0) {
     slab_bytes = std::bit_floor(std::max<uint64_t>(pool_bytes / 16, 1));
     slab_bytes = std::clamp<uint64_t>(slab_bytes, 1 << 20, 64 << 20);
   }
   if (slab_bytes % kObjectAlign != 0 || slab_bytes < 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slab size ", slab_bytes, " must be a multiple of ", kObjectAlign,
-        " and at least 4KiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slab size ", slab_bytes, " must be a multiple of ",
+                     kObjectAlign, " and at least 4KiB"));
   }
   if (bucket_count == 0) {
     bucket_count = std::max<uint64_t>(1024, pool_bytes / 4096);
   }
+  if (bucket_count > pool_bytes / kBucketBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an index of ", bucket_count, " buckets does not fit a pool of ",
+        pool_bytes, " bytes; ask for fewer buckets or raise --capacity"));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(
+      const uint64_t pin_bytes,
+      PinAreaBytes(pool_bytes, pin_sessions, pins_per_session));
   PoolLayout layout;
   layout.pool_bytes = pool_bytes;
   layout.index_offset = kSuperblockBytes;
   layout.bucket_count = bucket_count;
-  layout.slab_area_offset =
-      RoundUp(layout.index_offset + bucket_count * kBucketBytes, 4096);
   layout.slab_bytes = slab_bytes;
-  layout.slab_count = pool_bytes > layout.slab_area_offset
-                          ? (pool_bytes - layout.slab_area_offset) / slab_bytes
-                          : 0;
+  layout.pin_sessions = pin_sessions;
+  layout.pins_per_session = pins_per_session;
+  layout.slab_meta_offset =
+      RoundUp(layout.index_offset + bucket_count * kBucketBytes, kAreaAlign);
+  // The slab table grows with the slab count: start from the count that
+  // ignores it and step down until table, pin area and slabs fit (a slab is
+  // at least 4 KiB and its entry 16 bytes, so this takes a step or two).
+  const uint64_t pin_rounded = RoundUp(pin_bytes, kAreaAlign);
+  uint64_t count = 0;
+  if (pool_bytes > layout.slab_meta_offset + pin_rounded) {
+    count = (pool_bytes - layout.slab_meta_offset - pin_rounded) / slab_bytes;
+  }
+  auto end_of_slabs = [&](uint64_t n) {
+    return layout.slab_meta_offset + RoundUp(n * kSlabMetaBytes, kAreaAlign) +
+           pin_rounded + n * slab_bytes;
+  };
+  while (count > 0 && end_of_slabs(count) > pool_bytes) --count;
+  layout.slab_count = count;
+  layout.pin_area_offset =
+      RoundUp(layout.slab_meta_offset + count * kSlabMetaBytes, kAreaAlign);
+  layout.slab_area_offset = layout.pin_area_offset + pin_rounded;
   if (layout.slab_count < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a pool of ", pool_bytes, " bytes cannot hold an index of ",
-        bucket_count, " buckets and two slabs of ", slab_bytes,
+        bucket_count, " buckets, ", pin_sessions, " pin tables of ",
+        pins_per_session, " entries and two slabs of ", slab_bytes,
         " bytes; raise --capacity or lower --slab-size"));
   }
   return layout;
@@ -125,16 +182,17 @@ uint64_t EncodeSlot(uint8_t fingerprint, uint64_t object_bytes,
 
 Slot DecodeSlot(uint64_t word) {
   Slot slot;
-  slot.fingerprint = static_cast<uint8_t>(word >> (kOffsetBits + kSizeCodeBits));
+  slot.fingerprint =
+      static_cast<uint8_t>(word >> (kOffsetBits + kSizeCodeBits));
   slot.size_bound = DecodeSize((word >> kOffsetBits) & kSizeCodeMask);
   slot.offset = (word & kOffsetMask) * kObjectAlign;
   return slot;
 }
 
 uint64_t DigestCount(uint64_t value_length) {
-  return value_length == 0 ? 1
-                           : (value_length + kDigestChunkBytes - 1) /
-                                 kDigestChunkBytes;
+  return value_length == 0
+             ? 1
+             : (value_length + kDigestChunkBytes - 1) / kDigestChunkBytes;
 }
 
 uint64_t ValueOffset(uint64_t key_length) {
@@ -247,15 +305,16 @@ absl::Status VerifyValue(const ObjectHeader& header,
                          absl::Span<const char> digests) {
   uint64_t chunks = DigestCount(header.value_length);
   if (value.size() != header.value_length || digests.size() < 8 * chunks) {
-    return absl::OutOfRangeError("value or digests shorter than the header says");
+    return absl::OutOfRangeError(
+        "value or digests shorter than the header says");
   }
   for (uint64_t c = 0; c < chunks; ++c) {
     size_t begin = c * kDigestChunkBytes;
     size_t len = std::min<size_t>(kDigestChunkBytes, value.size() - begin);
     uint64_t stored;
     std::memcpy(&stored, digests.data() + 8 * c, 8);
-    if (stored != ChunkDigest(value.data() + begin, len,
-                              header.header_checksum, c)) {
+    if (stored !=
+        ChunkDigest(value.data() + begin, len, header.header_checksum, c)) {
       return absl::AbortedError("object value digest mismatch; re-read");
     }
   }
@@ -266,7 +325,8 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
                           const KeyHash& hash, uint64_t incarnation,
                           absl::string_view* value) {
   ObjectHeader h;
-  MESHPOOL_RETURN_IF_ERROR(CheckHeaderAndKey(bytes, key, hash, incarnation, &h));
+  MESHPOOL_RETURN_IF_ERROR(
+      CheckHeaderAndKey(bytes, key, hash, incarnation, &h));
   if (h.value_length > bytes.size() ||
       ObjectBytes(h.key_length, h.value_length) > bytes.size()) {
     return absl::OutOfRangeError("object read shorter than the object");

@@ -2,13 +2,25 @@
 // by the node (which lays it out) and clients (which read and write it with
 // one-sided operations). Every byte layout here is part of the wire contract.
 //
-//   pool:   [ superblock 4 KiB | index: bucket_count x 64 B | slabs ... ]
+//   pool:   [ superblock 4 KiB | index: bucket_count x 64 B |
+//             slab table: slab_count x 16 B | pin area | slabs ... ]
+//           (each area starts on a 4 KiB boundary)
 //   bucket: 8 slots of 8 bytes. A key may live in either of two buckets.
 //   slot:   0 = empty, else [63:56] fingerprint | [55:46] size code |
 //           [45:0] object offset in 64-byte units from the pool start.
 //   object: [ header 64 B | key, padded to 8 | value, padded to 8 |
 //             digests: one XXH3-64 per 1 MiB chunk of value (at least one) ]
 //           padded to 64 B. Objects are immutable once published.
+//
+//   slab table entry (SlabMeta), one per slab:
+//           [ evicting: 8 B, written by the node only | touched: 8 B,
+//             written by clients (any nonzero value), cleared by the node ]
+//   pin area: pin_sessions tables of pins_per_session PinEntry (16 B) each;
+//           a client session owns one table (OpenSession) and is its only
+//           writer; the node only reads it (and clears it when the session
+//           ends or expires).
+//   pin entry: [ object offset (pool offset of a pinned object; 0 = unused) |
+//               expiry (node clock, unix ms; kPinForever = hard pin) ]
 //
 // The size code over-approximates the object's size by at most 1/8 so that a
 // reader can fetch the whole object with a single READ.
@@ -29,7 +41,7 @@ namespace meshpool::store {
 
 inline constexpr uint64_t kSuperblockMagic = 0x4c4f4f504853454dull;  // MESHPOOL
 inline constexpr uint32_t kObjectMagic = 0x4a424f4du;                // MOBJ
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: slab table, pin area
 inline constexpr size_t kSuperblockBytes = 4096;
 inline constexpr size_t kSlotBytes = 8;
 inline constexpr size_t kSlotsPerBucket = 8;
@@ -38,6 +50,17 @@ inline constexpr size_t kObjectAlign = 64;
 inline constexpr size_t kObjectHeaderBytes = 64;
 inline constexpr size_t kDigestChunkBytes = 1 << 20;
 inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kSlabMetaBytes = 16;
+inline constexpr size_t kPinEntryBytes = 16;
+// A pin entry whose expiry is this never expires (a hard pin): it holds
+// until its client unpins it or its session ends (the client closed it or
+// died and stopped renewing it).
+inline constexpr uint64_t kPinForever = ~uint64_t{0};
+// Defaults of ComputeLayout: client sessions per node, and pins per session
+// (the pin area is at most about 1/64 of the pool, within these bounds).
+inline constexpr uint32_t kDefaultPinSessions = 64;
+inline constexpr uint32_t kMinPinsPerSession = 256;
+inline constexpr uint32_t kMaxPinsPerSession = 16384;
 inline constexpr int kOffsetBits = 46;
 inline constexpr int kSizeCodeBits = 10;
 inline constexpr int kFingerprintBits = 8;
@@ -46,6 +69,9 @@ static_assert(kOffsetBits + kSizeCodeBits + kFingerprintBits == 64);
 static_assert(kObjectHeaderBytes % 8 == 0 && kObjectAlign % 8 == 0);
 static_assert(kSuperblockBytes % kObjectAlign == 0);
 static_assert(kMaxKeyBytes >= 1024, "the contract promises 1 KiB keys");
+static_assert(kSlabMetaBytes == 2 * 8 && kPinEntryBytes == 2 * 8,
+              "two 8-byte words each, written and read as whole words");
+static_assert(kMinPinsPerSession <= kMaxPinsPerSession);
 
 // Largest pool a slot can address.
 inline constexpr uint64_t kMaxPoolBytes = (1ull << kOffsetBits) * kObjectAlign;
@@ -61,8 +87,31 @@ struct Superblock {
   uint64_t slab_area_offset;
   uint64_t slab_bytes;
   uint64_t slab_count;
+  uint64_t slab_meta_offset;
+  uint64_t pin_area_offset;
+  uint64_t pin_sessions;
+  uint64_t pins_per_session;
 };
 static_assert(sizeof(Superblock) <= kSuperblockBytes);
+
+// One slab's entry in the slab table.
+struct SlabMeta {
+  // Nonzero from the moment the node starts evicting the slab's objects
+  // until the slab is handed out again. A pin on an object in a slab whose
+  // `evicting` a client reads as nonzero after its pin entry landed does
+  // not hold (the node may not have seen it).
+  uint64_t evicting;
+  // Set (nonzero) by clients when they read an object in the slab; the
+  // evictor gives a touched slab a second chance and clears the word.
+  uint64_t touched;
+};
+static_assert(sizeof(SlabMeta) == kSlabMetaBytes);
+
+struct PinEntry {
+  uint64_t object_offset;  // 0: unused
+  uint64_t expiry_ms;      // node clock (unix ms); kPinForever: hard pin
+};
+static_assert(sizeof(PinEntry) == kPinEntryBytes);
 
 // Where things are in a pool; published with the node's registration.
 struct PoolLayout {
@@ -72,12 +121,22 @@ struct PoolLayout {
   uint64_t slab_area_offset = 0;
   uint64_t slab_bytes = 0;
   uint64_t slab_count = 0;
+  uint64_t slab_meta_offset = 0;  // slab table: slab_count x SlabMeta
+  uint64_t pin_area_offset = 0;   // pin_sessions x pins_per_session x PinEntry
+  uint64_t pin_sessions = 0;
+  uint64_t pins_per_session = 0;
 
   uint64_t bucket_offset(uint64_t bucket) const {
     return index_offset + bucket * kBucketBytes;
   }
   uint64_t slab_offset(uint64_t slab) const {
     return slab_area_offset + slab * slab_bytes;
+  }
+  uint64_t slab_meta(uint64_t slab) const {
+    return slab_meta_offset + slab * kSlabMetaBytes;
+  }
+  uint64_t pin_table(uint64_t session) const {
+    return pin_area_offset + session * pins_per_session * kPinEntryBytes;
   }
   // Slab holding pool offset `offset`, or slab_count if outside the slabs.
   uint64_t slab_of(uint64_t offset) const;
@@ -86,11 +145,17 @@ struct PoolLayout {
 // Lays out a pool of `pool_bytes`. `slab_bytes` 0 picks min(64 MiB,
 // pool/16) rounded down to a power of two, at least 1 MiB; `bucket_count` 0
 // picks pool_bytes / 4096 (index = 1/64 of the pool), at least 1024.
-// InvalidArgument when the pool cannot hold the index and two slabs, or when
-// slab_bytes is not a multiple of kObjectAlign.
+// `pin_sessions` 0 picks kDefaultPinSessions; `pins_per_session` 0 picks
+// pool / 64 / (16 x pin_sessions) rounded down to a power of two, clamped to
+// [kMinPinsPerSession, kMaxPinsPerSession].
+// InvalidArgument when the pool cannot hold the index, the slab table, the
+// pin area and two slabs, or when slab_bytes is not a multiple of
+// kObjectAlign.
 absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
                                          uint64_t slab_bytes = 0,
-                                         uint64_t bucket_count = 0);
+                                         uint64_t bucket_count = 0,
+                                         uint32_t pin_sessions = 0,
+                                         uint32_t pins_per_session = 0);
 
 // 128-bit XXH3 of the key bytes.
 struct KeyHash {
@@ -131,8 +196,8 @@ struct ObjectHeader {
   uint64_t value_length;
   uint64_t key_hash_lo;
   uint64_t key_hash_hi;
-  uint64_t incarnation;  // the node's; a restarted node's objects differ
-  uint64_t sequence;     // writer's sequence number, for diagnostics
+  uint64_t incarnation;      // the node's; a restarted node's objects differ
+  uint64_t sequence;         // writer's sequence number, for diagnostics
   uint64_t header_checksum;  // XXH3-64 of the 56 bytes above
 };
 static_assert(sizeof(ObjectHeader) == kObjectHeaderBytes);

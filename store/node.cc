@@ -1,9 +1,12 @@
-// Node::Start wiring and the node's two background loops (heartbeat and
-// reclamation). Teardown order is NodeImpl's member order, reversed: threads
-// and the gRPC server stop first (Shutdown), then the region and transport
-// (no more one-sided access), then the slab manager, and the pool last.
+// Node::Start wiring and the node's two background loops (heartbeat, and
+// reclamation with session expiry and eviction). Teardown order is
+// NodeImpl's member order, reversed: threads and the gRPC server stop first
+// (Shutdown), then the evictor's endpoint to the node's own transport, then
+// the region and transport (no more one-sided access), then the slab
+// manager and pin tables, and the pool last.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <thread>
@@ -16,10 +19,13 @@
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "placement/placement.h"
+#include "store/evictor.h"
 #include "store/layout.h"
 #include "store/node_service.h"
+#include "store/pin_tables.h"
 #include "store/pool.h"
 #include "store/slab_manager.h"
+#include "store/slot_clearer.h"
 #include "store/store.h"
 
 namespace meshpool::store {
@@ -61,7 +67,8 @@ absl::StatusOr<std::string> Advertised(absl::string_view bound,
   if (advertise.empty()) {
     if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "bound ", bound, " (all interfaces), which clients cannot dial; "
+          "bound ", bound,
+          " (all interfaces), which clients cannot dial; "
           "pass --advertise HOST (NodeOptions.advertise_host) with this "
           "machine's reachable address"));
     }
@@ -102,7 +109,15 @@ absl::Status CheckOptions(const NodeOptions& o) {
     return absl::InvalidArgumentError(
         "NodeOptions.coordinator_timeout must be > 0, e.g. 3s");
   }
-  return absl::OkStatus();
+  if (o.session_lease < absl::Milliseconds(1) ||
+      o.session_lease > absl::Milliseconds(kMaxSessionLeaseMs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NodeOptions.session_lease is ", absl::FormatDuration(o.session_lease),
+        "; give a duration in [1ms, ",
+        absl::FormatDuration(absl::Milliseconds(kMaxSessionLeaseMs)),
+        "], e.g. 10s (--session-lease)"));
+  }
+  return CheckWatermarks(o.evict_high_watermark, o.evict_low_watermark);
 }
 
 void WriteSuperblock(char* pool, const PoolLayout& l, uint64_t incarnation) {
@@ -116,9 +131,16 @@ void WriteSuperblock(char* pool, const PoolLayout& l, uint64_t incarnation) {
   sb.slab_area_offset = l.slab_area_offset;
   sb.slab_bytes = l.slab_bytes;
   sb.slab_count = l.slab_count;
+  sb.slab_meta_offset = l.slab_meta_offset;
+  sb.pin_area_offset = l.pin_area_offset;
+  sb.pin_sessions = l.pin_sessions;
+  sb.pins_per_session = l.pins_per_session;
   std::memset(pool, 0, kSuperblockBytes);
   std::memcpy(pool, &sb, sizeof(sb));
   std::memset(pool + l.index_offset, 0, l.bucket_count * kBucketBytes);
+  std::memset(pool + l.slab_meta_offset, 0, l.slab_count * kSlabMetaBytes);
+  std::memset(pool + l.pin_area_offset, 0,
+              l.pin_sessions * l.pins_per_session * kPinEntryBytes);
 }
 
 void ToProto(const PoolLayout& l, proto::PoolLayout* out) {
@@ -128,6 +150,10 @@ void ToProto(const PoolLayout& l, proto::PoolLayout* out) {
   out->set_slab_area_offset(l.slab_area_offset);
   out->set_slab_bytes(l.slab_bytes);
   out->set_slab_count(l.slab_count);
+  out->set_slab_meta_offset(l.slab_meta_offset);
+  out->set_pin_area_offset(l.pin_area_offset);
+  out->set_pin_sessions(l.pin_sessions);
+  out->set_pins_per_session(l.pins_per_session);
 }
 
 }  // namespace
@@ -151,11 +177,19 @@ class NodeImpl {
         transport_(std::move(transport)) {}
 
   absl::Status Serve(const PoolLayout& layout);  // region, listen, gRPC
+  // The evictor, with its endpoint to this node's own transport.
+  absl::Status StartEvictor(absl::string_view transport_address);
   absl::Status Register();
   void HeartbeatLoop();
   void ReclaimLoop();
   // Waits up to `d`; true once Shutdown has begun.
   bool WaitForStop(absl::Duration d);
+  // As WaitForStop, and also returns early (false) after Wake().
+  bool WaitForWork(absl::Duration d);
+  void Wake();
+  // How long the reclaim loop sleeps, backed off to `interval`: never past
+  // the next session's lease end (at least reclaim_interval).
+  absl::Duration NextWait(absl::Duration interval) const;
 
   const NodeOptions options_;
   const uint64_t incarnation_ = NewIncarnation();
@@ -163,6 +197,9 @@ class NodeImpl {
   std::unique_ptr<rdma::Transport> transport_;
   std::unique_ptr<rdma::MemoryRegion> region_;
   std::unique_ptr<SlabManager> slabs_;
+  std::unique_ptr<PinTables> pins_;
+  // Holds an endpoint and a registration on transport_: goes before it.
+  std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<NodeServer> server_;
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   proto::NodeInfo info_;  // immutable once Start returns
@@ -170,7 +207,9 @@ class NodeImpl {
 
   absl::Mutex stop_mu_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
-  absl::Mutex shutdown_mu_;  // held for the whole of Shutdown
+  bool wake_ ABSL_GUARDED_BY(stop_mu_) = false;  // the reclaim loop's
+  bool clear_failing_ = false;  // reclaim thread only: log transitions
+  absl::Mutex shutdown_mu_;     // held for the whole of Shutdown
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   absl::Notification done_;
   // Last: joined in Shutdown, before anything they use goes away.
@@ -185,7 +224,8 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
     return absl::InvalidArgumentError("Node::Start needs a transport");
   }
   absl::StatusOr<PoolLayout> layout = ComputeLayout(
-      options.capacity_bytes, options.slab_bytes, options.bucket_count);
+      options.capacity_bytes, options.slab_bytes, options.bucket_count,
+      options.pin_sessions, options.pins_per_session);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("NodeOptions: ", layout.status().message()));
@@ -217,16 +257,27 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
   absl::StatusOr<std::unique_ptr<SlabManager>> slabs =
       SlabManager::Create(std::move(slab_options), pool_.data());
   if (!slabs.ok()) {
-    return absl::Status(slabs.status().code(),
-                        absl::StrCat("NodeOptions: ", slabs.status().message()));
+    return absl::Status(
+        slabs.status().code(),
+        absl::StrCat("NodeOptions: ", slabs.status().message()));
   }
   slabs_ = *std::move(slabs);
+  PinTablesOptions pin_options;
+  pin_options.layout = layout;
+  pin_options.incarnation = incarnation_;
+  pin_options.lease = options_.session_lease;
+  pin_options.clock = options_.clock;
+  MESHPOOL_ASSIGN_OR_RETURN(
+      pins_, PinTables::Create(std::move(pin_options), pool_.data()));
   MESHPOOL_ASSIGN_OR_RETURN(
       region_, transport_->RegisterMemory(pool_.data(), pool_.size()));
   MESHPOOL_ASSIGN_OR_RETURN(std::string transport_address,
                             transport_->Listen(options_.transport_bind));
+  MESHPOOL_RETURN_IF_ERROR(StartEvictor(transport_address));
   NodeServiceDeps deps;
   deps.slabs = slabs_.get();
+  deps.sessions = pins_.get();
+  deps.evictor = evictor_.get();
   deps.pool = pool_.data();
   deps.transport = transport_.get();
   deps.incarnation = incarnation_;
@@ -250,8 +301,35 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
   info_.mutable_pool()->set_length(remote.length);
   ToProto(layout, info_.mutable_layout());
   info_.set_hostname(HostName());
-  info_.set_max_read_lease_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.max_read_lease)));
+  info_.set_max_read_lease_ms(static_cast<uint32_t>(
+      absl::ToInt64Milliseconds(options_.max_read_lease)));
+  return absl::OkStatus();
+}
+
+absl::Status NodeImpl::StartEvictor(absl::string_view transport_address) {
+  std::unique_ptr<SlotClearer> clearer;
+  if (options_.evict) {
+    absl::StatusOr<std::unique_ptr<TransportSlotClearer>> loopback =
+        TransportSlotClearer::Create(transport_.get(), transport_address,
+                                     region_->remote());
+    if (!loopback.ok()) {
+      return absl::Status(loopback.status().code(),
+                          absl::StrCat(loopback.status().message(),
+                                       "; or run without eviction (--no-evict, "
+                                       "NodeOptions.evict = false)"));
+    }
+    clearer = *std::move(loopback);
+  }
+  EvictorOptions evict_options;
+  evict_options.enabled = options_.evict;
+  evict_options.high_watermark = options_.evict_high_watermark;
+  evict_options.low_watermark = options_.evict_low_watermark;
+  evict_options.reclaim_interval = options_.reclaim_interval;
+  evict_options.clock = options_.clock;
+  MESHPOOL_ASSIGN_OR_RETURN(
+      evictor_, Evictor::Create(std::move(evict_options), slabs_.get(),
+                                pins_.get(), std::move(clearer), pool_.data()));
+  evictor_->set_wake([this] { Wake(); });
   return absl::OkStatus();
 }
 
@@ -284,6 +362,31 @@ bool NodeImpl::WaitForStop(absl::Duration d) {
   return stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), d);
 }
 
+bool NodeImpl::WaitForWork(absl::Duration d) {
+  absl::MutexLock lock(&stop_mu_);
+  stop_mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](NodeImpl* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(n->stop_mu_) {
+            return n->stop_ || n->wake_;
+          },
+          this),
+      d);
+  wake_ = false;
+  return stop_;
+}
+
+void NodeImpl::Wake() {
+  absl::MutexLock lock(&stop_mu_);
+  wake_ = true;
+}
+
+absl::Duration NodeImpl::NextWait(absl::Duration interval) const {
+  const absl::Time next = pins_->next_expiry();
+  if (next == absl::InfiniteFuture()) return interval;
+  const absl::Time now = options_.clock ? options_.clock() : absl::Now();
+  return std::clamp(next - now, options_.reclaim_interval, interval);
+}
+
 void NodeImpl::HeartbeatLoop() {
   bool reachable = true;  // log transitions only, not every failure
   while (!WaitForStop(heartbeat_interval_)) {
@@ -294,7 +397,8 @@ void NodeImpl::HeartbeatLoop() {
     absl::StatusOr<proto::HeartbeatReply> reply =
         coordinator_->Heartbeat(request);
     if (!reply.ok()) {
-      if (reachable) Log(absl::StrCat("heartbeat failed: ", reply.status().ToString()));
+      if (reachable)
+        Log(absl::StrCat("heartbeat failed: ", reply.status().ToString()));
       reachable = false;
       continue;
     }
@@ -315,7 +419,8 @@ void NodeImpl::HeartbeatLoop() {
     absl::StatusOr<proto::RegisterNodeReply> again =
         coordinator_->RegisterNode(info_);
     if (!again.ok()) {
-      Log(absl::StrCat("registering again failed: ", again.status().ToString()));
+      Log(absl::StrCat("registering again failed: ",
+                       again.status().ToString()));
     } else if (again->node_id() != info_.node_id()) {
       Log(absl::StrCat("coordinator renamed this node to ", again->node_id(),
                        "; keeping ", info_.node_id()));
@@ -326,12 +431,14 @@ void NodeImpl::HeartbeatLoop() {
 }
 
 // A pass reads the whole index: the node's only recurring work. It runs
-// every reclaim_interval while there is reclamation to do (clients asked for
-// slabs since the last pass — granted or refused for want of free ones —,
-// regions freed, sealed slabs waiting out their grace, slabs just freed)
-// and backs off,
+// every reclaim_interval while there is reclamation or eviction to do
+// (clients asked for slabs since the last pass — granted or refused for
+// want of free ones —, regions freed, sealed slabs waiting out their grace,
+// slabs just freed or evicted, sessions just expired) and backs off,
 // doubling up to kIdleReclaimFactor times that, while passes find nothing:
-// an idle or read-only node then costs next to no CPU.
+// an idle or read-only node then costs next to no CPU. It never sleeps past
+// the next session's lease end (so a dead client's pins end on time), and a
+// GrantSlab that found the pool full wakes it at once.
 void NodeImpl::ReclaimLoop() {
   absl::Duration interval = options_.reclaim_interval;
   // Grant requests and freed regions since the last pass mean work.
@@ -340,11 +447,21 @@ void NodeImpl::ReclaimLoop() {
     return c.grant_requests + c.regions_freed;
   };
   uint64_t requests = activity();
-  while (!WaitForStop(interval)) {
+  while (!WaitForWork(NextWait(interval))) {
+    const size_t expired = pins_->ExpireStale();
     ReclaimPass pass = slabs_->Reclaim();
+    EvictRound round = evictor_->RunOnce();
+    if (!round.status.ok() && !clear_failing_) {
+      Log(absl::StrCat("eviction could not clear index slots: ",
+                       round.status.ToString(), " (retrying)"));
+    } else if (round.status.ok() && clear_failing_) {
+      Log("eviction clears index slots again");
+    }
+    clear_failing_ = !round.status.ok();
     uint64_t now_requests = activity();
-    bool busy =
-        pass.freed > 0 || pass.candidates > 0 || now_requests != requests;
+    bool busy = pass.freed > 0 || pass.candidates > 0 ||
+                now_requests != requests || expired > 0 || round.evicted > 0 ||
+                round.second_chances > 0 || !round.status.ok();
     requests = now_requests;
     interval = busy ? options_.reclaim_interval
                     : std::min(interval * 2,
@@ -365,6 +482,9 @@ proto::NodeStats NodeImpl::Stats() const {
   s.set_slabs_region(c.region);
   s.set_slabs_reclaimed(c.reclaimed);
   s.set_index_slots(c.index_slots);
+  s.set_slabs_evicted(c.evicted);
+  s.set_objects_evicted(c.objects_evicted);
+  pins_->FillStats(&s);
   return s;
 }
 
@@ -376,9 +496,11 @@ void NodeImpl::Shutdown() {
     absl::MutexLock stop_lock(&stop_mu_);
     stop_ = true;
   }
-  if (server_ != nullptr) server_->Shutdown(NodeServer::kDefaultShutdownDeadline);
+  if (server_ != nullptr)
+    server_->Shutdown(NodeServer::kDefaultShutdownDeadline);
   if (heartbeat_.joinable()) heartbeat_.join();
   if (reclaimer_.joinable()) reclaimer_.join();
+  if (evictor_ != nullptr) evictor_->Shutdown();  // its endpoint, before...
   region_.reset();     // before the transport that registered it
   transport_.reset();  // ends one-sided access; the pool outlives it
   done_.Notify();

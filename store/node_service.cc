@@ -1,5 +1,6 @@
 #include "store/node_service.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -22,8 +23,15 @@ class NodeServiceImpl final : public proto::Node::Service {
                          proto::GrantSlabReply* reply) override {
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
-    absl::StatusOr<SlabGrant> grant = deps_.slabs->Grant(request->client_id());
+    absl::StatusOr<SlabGrant> grant =
+        deps_.evictor != nullptr ? deps_.evictor->Grant(request->client_id())
+                                 : deps_.slabs->Grant(request->client_id());
     if (!grant.ok()) return ToGrpc(grant.status());
+    if (grant->retry_after > absl::ZeroDuration()) {
+      reply->set_retry_after_ms(static_cast<uint32_t>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(grant->retry_after), 1, kMaxLeaseMs)));
+      return grpc::Status::OK;
+    }
     reply->set_slab(grant->slab);
     reply->set_offset(grant->offset);
     reply->set_length(grant->length);
@@ -35,8 +43,7 @@ class NodeServiceImpl final : public proto::Node::Service {
   grpc::Status ReleaseSlab(grpc::ServerContext*,
                            const proto::ReleaseSlabRequest* request,
                            proto::ReleaseSlabReply*) override {
-    return ToGrpc(
-        deps_.slabs->Release(request->client_id(), request->slab()));
+    return ToGrpc(deps_.slabs->Release(request->client_id(), request->slab()));
   }
 
   grpc::Status Handshake(grpc::ServerContext*,
@@ -45,8 +52,8 @@ class NodeServiceImpl final : public proto::Node::Service {
     if (!request->transport().empty() &&
         request->transport() != deps_.transport->name()) {
       return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-          "this node serves transport '", deps_.transport->name(),
-          "', not '", request->transport(), "'; pick one of its addresses")));
+          "this node serves transport '", deps_.transport->name(), "', not '",
+          request->transport(), "'; pick one of its addresses")));
     }
     absl::StatusOr<std::string> answer =
         deps_.transport->AcceptHandshake(request->request());
@@ -59,6 +66,44 @@ class NodeServiceImpl final : public proto::Node::Service {
                         proto::NodeStats* reply) override {
     *reply = deps_.stats();
     return grpc::Status::OK;
+  }
+
+  grpc::Status OpenSession(grpc::ServerContext*,
+                           const proto::OpenSessionRequest* request,
+                           proto::OpenSessionReply* reply) override {
+    if (deps_.sessions == nullptr) return NoSessions();
+    absl::Status same = SameIncarnation(request->incarnation());
+    if (!same.ok()) return ToGrpc(same);
+    absl::StatusOr<SessionGrant> grant =
+        deps_.sessions->Open(request->client_id());
+    if (!grant.ok()) return ToGrpc(grant.status());
+    reply->set_session(grant->session);
+    reply->set_token(grant->token);
+    reply->set_pin_table_offset(grant->table_offset);
+    reply->set_pin_entries(grant->entries);
+    reply->set_lease_ms(LeaseMs());
+    reply->set_node_clock_ms(grant->node_clock_ms);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RenewSession(grpc::ServerContext*,
+                            const proto::RenewSessionRequest* request,
+                            proto::RenewSessionReply* reply) override {
+    if (deps_.sessions == nullptr) return NoSessions();
+    absl::StatusOr<uint64_t> now = deps_.sessions->Renew(
+        request->session(), request->token(), request->stats());
+    if (!now.ok()) return ToGrpc(now.status());
+    reply->set_node_clock_ms(*now);
+    reply->set_lease_ms(LeaseMs());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CloseSession(grpc::ServerContext*,
+                            const proto::CloseSessionRequest* request,
+                            proto::CloseSessionReply*) override {
+    if (deps_.sessions == nullptr) return NoSessions();
+    return ToGrpc(deps_.sessions->Close(request->session(), request->token(),
+                                        request->stats()));
   }
 
   grpc::Status AllocateRegion(grpc::ServerContext* context,
@@ -131,12 +176,22 @@ class NodeServiceImpl final : public proto::Node::Service {
     return absl::OkStatus();
   }
 
+  grpc::Status NoSessions() const {
+    return ToGrpc(absl::UnimplementedError(
+        "this node keeps no client sessions (no pin tables)"));
+  }
+
+  uint32_t LeaseMs() const {
+    return static_cast<uint32_t>(
+        absl::ToInt64Milliseconds(deps_.sessions->lease()));
+  }
+
   absl::Status SameIncarnation(uint64_t incarnation) const {
     if (incarnation == deps_.incarnation) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node restarted; refresh the cluster map (request names "
-        "incarnation ",
-        incarnation, ", this node is ", deps_.incarnation, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node restarted; refresh the cluster map (request names "
+                     "incarnation ",
+                     incarnation, ", this node is ", deps_.incarnation, ")"));
   }
 
   // Slabs an AllocateRegion request needs, after checking it.

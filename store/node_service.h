@@ -1,6 +1,7 @@
 // meshpool/store/node_service.h: the node's control-plane endpoint, the gRPC
 // service meshpool.proto.Node (GrantSlab, ReleaseSlab, Handshake, GetStats,
-// and AllocateRegion / FreeRegion for the coordinator).
+// OpenSession / RenewSession / CloseSession for clients' pin tables, and
+// AllocateRegion / FreeRegion for the coordinator).
 //
 // A thin translation layer: requests go to the SlabManager and the
 // Transport, statuses convert with proto/proto.h. It never touches values:
@@ -21,6 +22,17 @@
 // node never digests objects or free memory, and does this work only when
 // asked, never per GET or PUT.
 //
+// GrantSlab goes through the Evictor when there is one (a full pool answers
+// OK with only retry_after_ms set while eviction can free a slab, and
+// ResourceExhausted when nothing can be evicted; see store/evictor.h), else
+// straight to the SlabManager.
+//
+// Sessions (store/pin_tables.h): OpenSession names the incarnation
+// (FailedPrecondition otherwise) and answers ResourceExhausted when every
+// pin table is taken; RenewSession / CloseSession answer NotFound for a
+// session that expired, closed or has another token. A server without pin
+// tables answers them Unimplemented.
+//
 // Thread-safety: NodeServer is thread-safe; gRPC calls arrive on its threads.
 #ifndef MESHPOOL_STORE_NODE_SERVICE_H_
 #define MESHPOOL_STORE_NODE_SERVICE_H_
@@ -36,6 +48,8 @@
 #include "absl/time/time.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
+#include "store/evictor.h"
+#include "store/pin_tables.h"
 #include "store/slab_manager.h"
 
 namespace grpc {
@@ -51,7 +65,9 @@ struct NodeServiceDeps {
   SlabManager* slabs = nullptr;
   const char* pool = nullptr;  // the pool slabs->layout() describes
   rdma::Transport* transport = nullptr;
-  uint64_t incarnation = 0;  // GrantSlab and region requests must name it
+  PinTables* sessions = nullptr;  // optional: session calls Unimplemented
+  Evictor* evictor = nullptr;     // optional: GrantSlab asks slabs directly
+  uint64_t incarnation = 0;  // GrantSlab, OpenSession, region requests name it
   std::function<proto::NodeStats()> stats;
 };
 
@@ -74,8 +90,7 @@ class NodeServer {
   // cancelled. Returns when every call has finished. Idempotent.
   void Shutdown(absl::Duration deadline);
 
-  static constexpr absl::Duration kDefaultShutdownDeadline =
-      absl::Seconds(1);
+  static constexpr absl::Duration kDefaultShutdownDeadline = absl::Seconds(1);
 
  private:
   NodeServer(std::unique_ptr<NodeServiceImpl> service,

@@ -1,6 +1,8 @@
 #include "store/slab_manager.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -12,10 +14,9 @@ namespace {
 
 absl::Status CheckLease(absl::string_view what, absl::Duration d) {
   if (d <= absl::ZeroDuration() || d > kMaxLease) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", absl::FormatDuration(d),
-                     "; give a duration in (0, ",
-                     absl::FormatDuration(kMaxLease), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is ", absl::FormatDuration(d), "; give a duration in (0, ",
+        absl::FormatDuration(kMaxLease), "]"));
   }
   return absl::OkStatus();
 }
@@ -43,10 +44,12 @@ absl::StatusOr<std::unique_ptr<SlabManager>> SlabManager::Create(
   }
   const PoolLayout& l = options.layout;
   if (l.slab_count == 0 || l.slab_bytes == 0 || l.bucket_count == 0 ||
-      l.slab_offset(l.slab_count) > l.pool_bytes) {
+      l.slab_offset(l.slab_count) > l.pool_bytes ||
+      l.slab_meta_offset < kSuperblockBytes || l.slab_meta_offset % 8 != 0 ||
+      l.slab_meta(l.slab_count) > l.pool_bytes) {
     return absl::InvalidArgumentError(
-        "layout has no slabs or overruns the pool; build it with "
-        "ComputeLayout");
+        "layout has no slabs or slab table, or overruns the pool; build it "
+        "with ComputeLayout");
   }
   MESHPOOL_RETURN_IF_ERROR(CheckLease("slab lease", options.lease));
   MESHPOOL_RETURN_IF_ERROR(
@@ -59,12 +62,24 @@ absl::StatusOr<std::unique_ptr<SlabManager>> SlabManager::Create(
 SlabManager::SlabManager(SlabManagerOptions options, char* pool)
     : options_(std::move(options)),
       pool_(pool),
-      index_(reinterpret_cast<uint64_t*>(pool + options_.layout.index_offset)) {
+      index_(reinterpret_cast<uint64_t*>(pool + options_.layout.index_offset)),
+      meta_(reinterpret_cast<uint64_t*>(pool +
+                                        options_.layout.slab_meta_offset)) {
   slabs_.resize(options_.layout.slab_count);
   for (uint64_t s = 0; s < options_.layout.slab_count; ++s) free_.push_back(s);
 }
 
 absl::Time SlabManager::Now() const { return options_.clock(); }
+
+std::atomic_ref<uint64_t> SlabManager::EvictingWord(uint64_t slab) const {
+  static_assert(offsetof(SlabMeta, evicting) == 0);
+  return std::atomic_ref<uint64_t>(meta_[2 * slab]);
+}
+
+std::atomic_ref<uint64_t> SlabManager::TouchedWord(uint64_t slab) const {
+  static_assert(offsetof(SlabMeta, touched) == 8);
+  return std::atomic_ref<uint64_t>(meta_[2 * slab + 1]);
+}
 
 absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   if (client_id.empty()) {
@@ -91,6 +106,10 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   uint64_t id = free_.front();
   free_.pop_front();
   Slab& slab = slabs_[id];
+  // Pins on the slab's new objects must hold: clear what an eviction of its
+  // previous contents left (clients only read these words of a FREE slab).
+  EvictingWord(id).store(0, std::memory_order_seq_cst);
+  TouchedWord(id).store(0, std::memory_order_seq_cst);
   slab.state = SlabState::kGranted;
   slab.written = true;
   ++grants_;
@@ -103,9 +122,8 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
 
 absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
   if (slab >= options_.layout.slab_count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("no slab ", slab, "; this node has ",
-                     options_.layout.slab_count));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no slab ", slab, "; this node has ", options_.layout.slab_count));
   }
   absl::MutexLock lock(&mu_);
   Slab& s = slabs_[slab];
@@ -115,15 +133,19 @@ absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
         absl::StrCat("slab ", slab, " is leased to another client, not '",
                      client_id, "'; release only slabs you were granted"));
   }
-  SealLocked(s);
+  SealLocked(s, /*kv=*/true);
   return absl::OkStatus();
 }
 
-void SlabManager::SealLocked(Slab& slab) {
+void SlabManager::SealLocked(Slab& slab, bool kv) {
   slab.state = SlabState::kSealed;
   slab.client.clear();
   slab.region_id = 0;
   slab.unreferenced_since = absl::InfiniteFuture();
+  slab.kv = kv;
+  slab.fifo_seq = next_fifo_seq_++;
+  slab.evicting = false;
+  slab.evicted = false;
 }
 
 absl::StatusOr<std::vector<uint64_t>> SlabManager::AllocateRegion(
@@ -193,11 +215,12 @@ absl::Status SlabManager::ZeroRegion(uint64_t region_id,
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(region_id);
   if (it == regions_.end() || it->second.freed) {
-    for (uint64_t id : taken) SealLocked(slabs_[id]);
+    for (uint64_t id : taken) SealLocked(slabs_[id], /*kv=*/false);
     if (it != regions_.end()) regions_.erase(it);
-    return absl::AbortedError(absl::StrCat(
-        "region ", region_id, " was freed while its memory was being "
-        "cleared; create the region again"));
+    return absl::AbortedError(
+        absl::StrCat("region ", region_id,
+                     " was freed while its memory was being "
+                     "cleared; create the region again"));
   }
   it->second.zeroing = false;
   return absl::OkStatus();
@@ -213,14 +236,16 @@ uint64_t SlabManager::FreeRegion(uint64_t region_id) {
     it->second.freed = true;  // AllocateRegion seals them when done
     return held;
   }
-  for (uint64_t id : it->second.slabs) SealLocked(slabs_[id]);
+  for (uint64_t id : it->second.slabs) SealLocked(slabs_[id], /*kv=*/false);
   regions_.erase(it);
   return held;
 }
 
 void SlabManager::SealExpiredLocked(absl::Time now) {
   for (Slab& s : slabs_) {
-    if (s.state == SlabState::kGranted && now >= s.lease_end) SealLocked(s);
+    if (s.state == SlabState::kGranted && now >= s.lease_end) {
+      SealLocked(s, /*kv=*/true);
+    }
   }
 }
 
@@ -271,9 +296,10 @@ ReclaimPass SlabManager::Reclaim() {
     } else if (s.unreferenced_since == absl::InfiniteFuture()) {
       s.unreferenced_since = now;
       ++pass.candidates;
-    } else if (now >= s.unreferenced_since + grace()) {
+    } else if (now >= s.unreferenced_since + grace() && !s.evicting) {
       s.state = SlabState::kFree;
       s.unreferenced_since = absl::InfiniteFuture();
+      s.kv = s.evicted = false;
       free_.push_back(id);
       ++reclaimed_;
       ++pass.freed;
@@ -336,7 +362,105 @@ SlabCounts SlabManager::Counts() const {
   c.used_bytes = (c.granted + c.sealed + c.region) * options_.layout.slab_bytes;
   c.regions_freed = regions_freed_;
   c.zeroed_bytes = zeroed_bytes_;
+  c.evicted = evicted_;
+  c.objects_evicted = objects_evicted_;
   return c;
+}
+
+bool SlabManager::PendingLocked(const Slab& s) const {
+  return s.state == SlabState::kSealed &&
+         (s.evicted || s.evicting || !s.kv ||
+          s.unreferenced_since != absl::InfiniteFuture());
+}
+
+EvictionView SlabManager::Eviction() const {
+  EvictionView v;
+  std::vector<std::pair<uint64_t, uint64_t>> fifo;  // (seq, slab)
+  absl::MutexLock lock(&mu_);
+  v.total = slabs_.size();
+  for (uint64_t id = 0; id < slabs_.size(); ++id) {
+    const Slab& s = slabs_[id];
+    switch (s.state) {
+      case SlabState::kFree:
+        ++v.free;
+        break;
+      case SlabState::kGranted:
+        ++v.granted;
+        v.next_lease_end = std::min(v.next_lease_end, s.lease_end);
+        break;
+      case SlabState::kRegion:
+        ++v.region;
+        break;
+      case SlabState::kSealed:
+        if (!PendingLocked(s)) {
+          fifo.emplace_back(s.fifo_seq, id);
+        } else if (s.unreferenced_since == absl::InfiniteFuture()) {
+          ++v.pending;
+          ++v.pending_unscanned;
+        } else {
+          ++v.pending;
+          v.next_free = std::min(v.next_free, s.unreferenced_since + grace());
+        }
+        break;
+    }
+  }
+  v.used = v.total - v.free - v.pending;
+  std::sort(fifo.begin(), fifo.end());
+  v.candidates.reserve(fifo.size());
+  for (const auto& [seq, id] : fifo) v.candidates.push_back(id);
+  return v;
+}
+
+bool SlabManager::BeginEviction(uint64_t slab) {
+  absl::MutexLock lock(&mu_);
+  if (slab >= slabs_.size()) return false;
+  Slab& s = slabs_[slab];
+  if (s.state != SlabState::kSealed || PendingLocked(s)) return false;
+  s.evicting = true;
+  // Under the lock, so a Grant cannot clear the word before this store and
+  // leave it set on a slab handed out again.
+  EvictingWord(slab).store(1, std::memory_order_seq_cst);
+  return true;
+}
+
+void SlabManager::Requeue(uint64_t slab, bool clear_evicting) {
+  absl::MutexLock lock(&mu_);
+  if (slab >= slabs_.size()) return;
+  Slab& s = slabs_[slab];
+  if (s.state != SlabState::kSealed || s.evicted) return;
+  if (clear_evicting) {
+    EvictingWord(slab).store(0, std::memory_order_seq_cst);
+  }
+  s.evicting = false;
+  s.fifo_seq = next_fifo_seq_++;
+}
+
+void SlabManager::FinishEviction(uint64_t slab, uint64_t objects) {
+  absl::MutexLock lock(&mu_);
+  if (slab >= slabs_.size()) return;
+  Slab& s = slabs_[slab];
+  if (!s.evicting) return;
+  s.evicting = false;
+  s.evicted = true;
+  ++evicted_;
+  objects_evicted_ += objects;
+}
+
+void SlabManager::AbortEviction(uint64_t slab) {
+  absl::MutexLock lock(&mu_);
+  if (slab >= slabs_.size()) return;
+  Slab& s = slabs_[slab];
+  if (!s.evicting) return;
+  s.evicting = false;
+  s.fifo_seq = 0;  // before every other candidate: retried first
+}
+
+bool SlabManager::TakeTouched(uint64_t slab) {
+  if (slab >= options_.layout.slab_count) return false;
+  std::atomic_ref<uint64_t> touched = TouchedWord(slab);
+  if (touched.load(std::memory_order_acquire) == 0) return false;
+  touched.store(0, std::memory_order_release);
+  return true;
 }
 
 SlabState SlabManager::state(uint64_t slab) const {

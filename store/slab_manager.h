@@ -35,10 +35,26 @@
 //   * grace = max_read_lease + kReclaimMargin: a GET that read a slot before
 //     the first zero-reference pass has finished before the slab is reused.
 //
+// Eviction (the KV cache under memory pressure; store/evictor.h drives it)
+// happens to SEALED slabs that a grant filled, in the order they were
+// sealed (a segment FIFO; a second chance or a pin moves a slab to the
+// tail):
+//
+//   SEALED --BeginEviction--> SEALED(evicting) --FinishEviction-->
+//   SEALED(evicted) --Reclaim, as above--> FREE --Grant--> ...
+//
+// BeginEviction sets the slab's SlabMeta.evicting word in the pool (clients
+// read it when they pin); only Grant clears it again (and the touched word),
+// just before the slab is handed out, or RequeueEviction when the evictor
+// found a live pin. A slab being evicted is never freed by Reclaim until
+// the eviction ends. REGION slabs, and slabs a freed region left SEALED,
+// are never eviction candidates.
+//
 // Thread-safety: SlabManager is thread-safe. Reclaim() passes are serialised.
 #ifndef MESHPOOL_STORE_SLAB_MANAGER_H_
 #define MESHPOOL_STORE_SLAB_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -92,6 +108,9 @@ struct SlabGrant {
   uint64_t offset = 0;  // pool offset of the slab's first byte
   uint64_t length = 0;
   absl::Duration lease;  // the client writes into the slab only this long
+  // Evictor::Grant only: nonzero when no slab was granted (the fields above
+  // are unset) because one is on its way to FREE: ask again after this.
+  absl::Duration retry_after = absl::ZeroDuration();
 };
 
 struct SlabCounts {
@@ -99,15 +118,39 @@ struct SlabCounts {
   uint64_t free = 0;
   uint64_t granted = 0;
   uint64_t sealed = 0;
-  uint64_t region = 0;         // held by regions
-  uint64_t reclaimed = 0;      // made FREE again since Create
-  uint64_t grants = 0;         // leases granted since Create
+  uint64_t region = 0;          // held by regions
+  uint64_t reclaimed = 0;       // made FREE again since Create
+  uint64_t grants = 0;          // leases granted since Create
   uint64_t grant_requests = 0;  // Grant calls since Create, granted or not
-  uint64_t objects = 0;        // occupied index slots at the last pass
+  uint64_t objects = 0;         // occupied index slots at the last pass
   uint64_t index_slots = 0;
-  uint64_t used_bytes = 0;     // bytes of slabs that are not FREE
-  uint64_t regions_freed = 0;  // FreeRegion calls that sealed slabs
-  uint64_t zeroed_bytes = 0;   // bytes AllocateRegion zero-filled
+  uint64_t used_bytes = 0;       // bytes of slabs that are not FREE
+  uint64_t regions_freed = 0;    // FreeRegion calls that sealed slabs
+  uint64_t zeroed_bytes = 0;     // bytes AllocateRegion zero-filled
+  uint64_t evicted = 0;          // slabs evicted since Create
+  uint64_t objects_evicted = 0;  // index slots cleared by evictions
+};
+
+// What the evictor needs to know, as of one moment.
+struct EvictionView {
+  uint64_t total = 0;
+  uint64_t free = 0;
+  uint64_t granted = 0;
+  uint64_t region = 0;
+  // SEALED slabs on their way to FREE: evicted, unreferenced and waiting out
+  // the grace, left by a freed region, or being evicted right now.
+  uint64_t pending = 0;
+  // Of those, the ones no reclamation pass has yet seen unreferenced.
+  uint64_t pending_unscanned = 0;
+  // What the watermarks compare: total - free - pending.
+  uint64_t used = 0;
+  // SEALED slabs a grant filled that are not pending, oldest seal first.
+  std::vector<uint64_t> candidates;
+  // Earliest time a reclamation pass may free a pending slab seen
+  // unreferenced (InfiniteFuture: none).
+  absl::Time next_free = absl::InfiniteFuture();
+  // Earliest node-side lease end of a GRANTED slab (InfiniteFuture: none).
+  absl::Time next_lease_end = absl::InfiniteFuture();
 };
 
 // What one Reclaim() pass did.
@@ -121,13 +164,15 @@ class SlabManager {
  public:
   // `pool` is the pool's first byte; the index lives at layout.index_offset.
   // REQUIRES: pool is 8-byte aligned, covers layout.pool_bytes and outlives
-  // the manager. Errors: InvalidArgument (null pool, layout without slabs,
-  // lease or max_read_lease not in (0, kMaxLease]).
+  // the manager. Errors: InvalidArgument (null pool, layout without slabs
+  // or slab table, lease or max_read_lease not in (0, kMaxLease]).
   static absl::StatusOr<std::unique_ptr<SlabManager>> Create(
       SlabManagerOptions options, void* pool);
 
-  // Leases a FREE slab to `client_id`. Errors: InvalidArgument (empty
-  // client_id), ResourceExhausted (no slab is FREE).
+  // Leases a FREE slab to `client_id`, its SlabMeta words (evicting,
+  // touched) zeroed first. Errors: InvalidArgument (empty client_id),
+  // ResourceExhausted (no slab is FREE; the evictor turns this into its own
+  // answer, see store/evictor.h).
   absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
 
   // Seals `slab` early: the client will write no more into it. OK too when
@@ -139,10 +184,10 @@ class SlabManager {
   // Sets `slabs` FREE slabs aside for region `region_id`, all or nothing,
   // zero-fills those that may have been written since the pool was mapped
   // (no client knows their address yet; the lock is not held meanwhile;
-  // never-written slabs are zero already) and returns their slab numbers in order. Errors:
-  // InvalidArgument (slabs == 0), FailedPrecondition (the region already
-  // has slabs here), ResourceExhausted (fewer FREE slabs; the message says
-  // how many are), Aborted (FreeRegion of this id came while zeroing: the
+  // never-written slabs are zero already) and returns their slab numbers in
+  // order. Errors: InvalidArgument (slabs == 0), FailedPrecondition (the region
+  // already has slabs here), ResourceExhausted (fewer FREE slabs; the message
+  // says how many are), Aborted (FreeRegion of this id came while zeroing: the
   // slabs are sealed again).
   absl::StatusOr<std::vector<uint64_t>> AllocateRegion(uint64_t region_id,
                                                        uint64_t slabs);
@@ -156,6 +201,29 @@ class SlabManager {
   // frees SEALED slabs unreferenced at two passes >= grace() apart. The node
   // runs it every reclaim interval; tests call it directly.
   ReclaimPass Reclaim();
+
+  // ---- Eviction (called by the evictor; see the file comment) ----
+
+  EvictionView Eviction() const;
+  // Starts evicting `slab`: stores a nonzero SlabMeta.evicting word
+  // (seq_cst). False, with nothing changed, when the slab is no longer a
+  // candidate (freed, regranted or already being evicted).
+  bool BeginEviction(uint64_t slab);
+  // Moves a candidate, or a slab being evicted, to the FIFO's tail: a second
+  // chance, or a slab found pinned. With `clear_evicting`, stores 0 into its
+  // evicting word (set by BeginEviction, or left by AbortEviction). Only
+  // the evictor calls it, so no other eviction of the slab is under way.
+  void Requeue(uint64_t slab, bool clear_evicting);
+  // The slab's objects are unlinked (`objects` slots cleared): it stays
+  // SEALED, marked evicted, until reclamation frees it.
+  void FinishEviction(uint64_t slab, uint64_t objects);
+  // The eviction could not finish (the slot clearing failed): the slab is a
+  // candidate again, at the FIFO's head; its evicting word stays set (pins
+  // on it keep failing, which is safe) until it is evicted or found pinned.
+  void AbortEviction(uint64_t slab);
+  // Whether a client touched the slab since the last call, clearing the
+  // touched word.
+  bool TakeTouched(uint64_t slab);
 
   // OK when [offset, offset + length) is non-empty and lies inside one slab
   // that a region holds (and has finished zero-filling): the only memory a
@@ -180,9 +248,14 @@ class SlabManager {
   struct Slab {
     SlabState state = SlabState::kFree;
     std::string client;
-    uint64_t region_id = 0;                        // kRegion only
-    absl::Time lease_end;                          // node side, with margin
+    uint64_t region_id = 0;  // kRegion only
+    absl::Time lease_end;    // node side, with margin
     absl::Time unreferenced_since = absl::InfiniteFuture();  // candidacy
+    // Sealed after a grant (holds objects): an eviction candidate.
+    bool kv = false;
+    uint64_t fifo_seq = 0;  // eviction order: lower goes first
+    bool evicting = false;  // BeginEviction .. Finish/Abort/Requeue
+    bool evicted = false;   // FinishEviction .. FREE
     // May hold nonzero bytes: set when the slab is granted or given to a
     // region, and never cleared (zero-filling happens only on the way into
     // a region, which sets it again). False: untouched since the pool was
@@ -201,13 +274,19 @@ class SlabManager {
                           const std::vector<uint64_t>& taken);
   absl::Time Now() const;
   void SealExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SealLocked(Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seals; `kv`: after a grant (the slab joins the eviction FIFO's tail).
+  void SealLocked(Slab& slab, bool kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PendingLocked(const Slab& slab) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slab's SlabMeta words in the pool.
+  std::atomic_ref<uint64_t> EvictingWord(uint64_t slab) const;
+  std::atomic_ref<uint64_t> TouchedWord(uint64_t slab) const;
   // Counts index references per slab; returns the occupied slot count.
   uint64_t ScanIndex(std::vector<uint32_t>& refs) const;
 
   const SlabManagerOptions options_;
   char* const pool_;
   uint64_t* const index_;  // bucket_count * kSlotsPerBucket words
+  uint64_t* const meta_;   // slab_count SlabMeta, as 2 words each
 
   absl::Mutex reclaim_mu_;  // serialises Reclaim passes; taken before mu_
   mutable absl::Mutex mu_;
@@ -219,6 +298,9 @@ class SlabManager {
   uint64_t objects_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_freed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_fifo_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t objects_evicted_ ABSL_GUARDED_BY(mu_) = 0;
   struct RegionSlabs {
     std::vector<uint64_t> slabs;  // in the order AllocateRegion returns them
     bool zeroing = true;          // AllocateRegion is still clearing them

@@ -1,12 +1,14 @@
 // meshpool/store: a memory node. It maps a pool, lays it out (superblock,
-// index, slab area; store/layout.h), registers the whole pool with a
-// transport as one region and lets clients read and write it one-sidedly.
-// Its CPU does no work per GET or PUT: it grants slabs over gRPC, sets
-// zero-filled slabs aside for regions when the coordinator asks (and seals
-// them when it frees the region), digests region memory when a loader asks
-// (DigestRanges), reclaims slabs whose objects are all dead, and heartbeats
-// to the coordinator. The pool's pages are faulted in at start, so neither
-// region creation nor first writes pay page faults.
+// index, slab table, pin area, slab area; store/layout.h), registers the
+// whole pool with a transport as one region and lets clients read and write
+// it one-sidedly. Its CPU does no work per GET or PUT: it grants slabs over
+// gRPC, sets zero-filled slabs aside for regions when the coordinator asks
+// (and seals them when it frees the region), digests region memory when a
+// loader asks (DigestRanges), keeps client sessions (pin tables) and
+// expires those not renewed, evicts KV objects under memory pressure
+// (store/evictor.h), reclaims slabs whose objects are all dead, and
+// heartbeats to the coordinator. The pool's pages are faulted in at start,
+// so neither region creation nor first writes pay page faults.
 //
 // Thread-safety: Node is thread-safe.
 #ifndef MESHPOOL_STORE_STORE_H_
@@ -58,6 +60,21 @@ struct NodeOptions {
   // Reclamation passes run this often while there is work, and back off to
   // kIdleReclaimFactor times it while there is none.
   absl::Duration reclaim_interval = absl::Milliseconds(200);
+  // Eviction under memory pressure (store/evictor.h): when more than
+  // evict_high_watermark of the slabs are in use, evict sealed slabs in
+  // seal order (second chance for recently read ones, never pinned ones or
+  // regions) down to evict_low_watermark; a GrantSlab that finds no free
+  // slab evicts at once. Fractions with 0 < low < high <= 1. Off: a full
+  // pool answers GrantSlab with ResourceExhausted.
+  bool evict = true;
+  double evict_high_watermark = 0.90;
+  double evict_low_watermark = 0.80;
+  // Client sessions (pin tables): one not renewed for this long ends, and
+  // its pins, hard ones included, with it. In [1ms, 24h].
+  absl::Duration session_lease = absl::Seconds(10);
+  // Pin tables and entries per table; 0 -> ComputeLayout's defaults.
+  uint32_t pin_sessions = 0;
+  uint32_t pins_per_session = 0;
   // How long Start waits for the coordinator to answer.
   absl::Duration coordinator_timeout = absl::Seconds(3);
   bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB
@@ -77,8 +94,10 @@ class NodeImpl;  // node.cc
 // A running memory node.
 class Node {
  public:
-  // Maps the pool, lays it out (superblock, zeroed index), registers it with
-  // `transport` as one region, Listen()s on options.transport_bind, starts
+  // Maps the pool, lays it out (superblock, zeroed index, slab table and pin
+  // area), registers it with `transport` as one region, Listen()s on
+  // options.transport_bind, opens an endpoint to itself there (the
+  // evictor's, when options.evict), starts
   // the gRPC Node service, registers with the coordinator, then heartbeats
   // (registering again when the coordinator answers known=false) and
   // reclaims in background threads until Shutdown.
@@ -86,7 +105,7 @@ class Node {
   // ResourceExhausted (the pool cannot be mapped or registered), Unavailable
   // (the coordinator is unreachable: start one with `meshpool coordinator`
   // and point NodeOptions.coordinator at it), or what the transport's
-  // Listen returns.
+  // Listen or Connect (to itself, for the evictor) returns.
   // REQUIRES: transport != nullptr and not yet listening.
   static absl::StatusOr<std::unique_ptr<Node>> Start(
       NodeOptions options, std::unique_ptr<rdma::Transport> transport);
@@ -98,7 +117,9 @@ class Node {
   const proto::NodeInfo& info() const;
 
   // Current pool statistics (what heartbeats carry); slabs_region counts
-  // slabs held by regions, and used_bytes includes them.
+  // slabs held by regions, and used_bytes includes them; slabs_evicted and
+  // objects_evicted count since start; pinned_objects/bytes scan the live
+  // pin tables; clients_total and sessions are what clients reported.
   proto::NodeStats Stats() const;
 
   // Stops the gRPC service (in-flight calls get a short deadline), the

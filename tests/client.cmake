@@ -19,3 +19,9 @@ meshpool_test(client_weights_test
   SOURCES client_weights_test.cc
   LIBS meshpool_weights meshpool_client meshpool_store meshpool_placement
        meshpool_rdma)
+# The KV-cache API: block keys, batched zero-copy and async batches, prefix
+# match, pins and leases under eviction pressure, a fill to 3x the pool,
+# engines sharing blocks; in-process nodes over the simulated fabric.
+meshpool_test(client_kv_cache_test
+  SOURCES client_kv_cache_test.cc
+  LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)

@@ -4,7 +4,8 @@
 # elsewhere its tests skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
 set(MESHPOOL_INTEGRATION_SOURCES
   integration_test.cc integration_fault_test.cc integration_cli_test.cc
-  integration_region_test.cc integration_weights_test.cc)
+  integration_region_test.cc integration_weights_test.cc
+  integration_kv_test.cc)
 meshpool_test(integration_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
   LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement

@@ -66,7 +66,8 @@ TEST_F(ClusterTest, PutGetDeleteRoundTripAcrossNodes) {
 
 TEST_F(ClusterTest, OverwriteReturnsTheLatestValue) {
   for (int version = 0; version < 20; ++version) {
-    ASSERT_TRUE(client_->Put("counter", MakeValue("counter", version, 300)).ok());
+    ASSERT_TRUE(
+        client_->Put("counter", MakeValue("counter", version, 300)).ok());
     EXPECT_EQ(*client_->Get("counter"), MakeValue("counter", version, 300));
   }
 }
@@ -89,10 +90,12 @@ TEST_F(ClusterTest, GetIntoCallerBufferAndRegisteredBuffer) {
   // Large values move straight between registered memory and the pool.
   std::string big = MakeValue("big", 1, 3 << 20);
   std::vector<char> source(big.begin(), big.end());
-  auto registered_source = client_->RegisterBuffer(source.data(), source.size());
+  auto registered_source =
+      client_->RegisterBuffer(source.data(), source.size());
   ASSERT_TRUE(registered_source.ok());
-  ASSERT_TRUE(client_->Put("big", absl::string_view(source.data(), source.size()))
-                  .ok());
+  ASSERT_TRUE(
+      client_->Put("big", absl::string_view(source.data(), source.size()))
+          .ok());
   std::vector<char> sink(4 << 20);
   auto registered_sink = client_->RegisterBuffer(sink.data(), sink.size());
   ASSERT_TRUE(registered_sink.ok());
@@ -101,7 +104,8 @@ TEST_F(ClusterTest, GetIntoCallerBufferAndRegisteredBuffer) {
   EXPECT_TRUE(absl::string_view(sink.data(), *n) == big);
 
   std::vector<char> small(100);
-  absl::StatusOr<size_t> short_read = client_->Get("buf", absl::MakeSpan(small));
+  absl::StatusOr<size_t> short_read =
+      client_->Get("buf", absl::MakeSpan(small));
   EXPECT_EQ(short_read.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_NE(short_read.status().message().find("5000"), std::string::npos);
 }
@@ -170,11 +174,15 @@ TEST_F(ClusterTest, BadKeysAndValuesGetSpecificErrors) {
   EXPECT_EQ(*client_->Get("after"), "still fine");
 }
 
+// With eviction off (`--no-evict`: a store that must not lose data), a full
+// pool refuses writes and keeps everything it has. (With eviction on, the
+// default, a full pool evicts instead: integration_kv_test.cc.)
 TEST(ClusterStandaloneTest, FullPoolReturnsResourceExhaustedAndKeepsServing) {
   tools::LocalClusterOptions options;
   options.nodes = 1;
   options.capacity_bytes = 16 << 20;
   options.slab_bytes = 1 << 20;
+  options.node_args = {"--no-evict"};
   auto cluster = StartCluster(options);
   ASSERT_NE(cluster, nullptr);
   auto client = ConnectClient(cluster->coordinator_address());

@@ -1,5 +1,6 @@
 # rdma/: the transport contract, run against every backend, plus the tcp
-# responder against hostile peers and the sim fabric's faults.
+# responder against hostile peers, the sim fabric's faults and the shm
+# backend's own cases.
 meshpool_test(rdma_conformance_test
   SOURCES rdma_conformance_test.cc
   LIBS meshpool_rdma)
@@ -8,6 +9,11 @@ meshpool_test(rdma_tcp_responder_test
   LIBS meshpool_rdma)
 meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc
+  LIBS meshpool_rdma)
+# The shm backend beyond the contract; the process tests re-execute the
+# binary as a second client or a node that gets killed.
+meshpool_test(rdma_shm_test
+  SOURCES rdma_shm_test.cc rdma_shm_forward_test.cc rdma_shm_process_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_device_matrix_test
   SOURCES rdma_device_matrix_test.cc

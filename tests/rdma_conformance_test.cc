@@ -1,12 +1,14 @@
 // The transport contract (rdma/rdma.h), run against every backend. A backend
-// joins by adding one factory to Factories() below. Built twice: tcp and sim
-// (rdma_conformance_test), and verbs alone (rdma_conformance_verbs_test,
+// joins by adding one factory to Factories() below. Built twice: tcp, sim and
+// shm (rdma_conformance_test), and verbs alone (rdma_conformance_verbs_test,
 // MESHPOOL_CONFORMANCE_VERBS, label "verbs": it needs an RDMA device and
 // skips loudly without one). Local buffers come from an arena registered
 // with the client transport, since verbs needs their lkey.
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +32,7 @@ namespace meshpool::rdma {
 namespace {
 
 constexpr size_t kNodeBytes = 32 << 20;
+constexpr size_t kExtraNodeBytes = 4096;  // a second node region's memory
 constexpr size_t kLocalBytes = 40 << 20;  // the client's registered arena
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
@@ -49,6 +52,11 @@ class Backend {
   Transport& node() { return *node_; }
   Transport& client() { return *client_; }
   virtual std::string bind() const = 0;
+  // The node's memory (kNodeBytes, zeroed) and a further kExtraNodeBytes
+  // for a second region, when the backend must provide them (shm serves
+  // only shared memory); nullptr: the test allocates them.
+  virtual uint8_t* NodeMemory() { return nullptr; }
+  virtual uint8_t* ExtraNodeMemory() { return nullptr; }
   // The node dies; its memory stays allocated (the test owns it).
   virtual void KillNode() = 0;
   virtual std::string UnreachableAddress() = 0;
@@ -121,6 +129,66 @@ class SimBackend : public Backend {
   std::shared_ptr<SimFabric> fabric_;
 };
 
+// The node's memory is a sealed memfd (what a shared store::Pool is),
+// exported by the node transport; the client transport is client-only.
+class ShmBackend : public Backend {
+ public:
+  static constexpr size_t kBytes = kNodeBytes + kExtraNodeBytes;
+  static std::unique_ptr<Backend> Create(uint64_t seed) {
+    auto b = std::make_unique<ShmBackend>();
+    b->fd_ = ::memfd_create("conformance", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (b->fd_ < 0 || ::ftruncate(b->fd_, kBytes) != 0 ||
+        ::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      return nullptr;
+    }
+    void* p =
+        ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
+    if (p == MAP_FAILED) return nullptr;
+    b->memory_ = static_cast<uint8_t*>(p);
+    ShmOptions node_options;
+    node_options.exports = {{b->memory_, kBytes, b->fd_}};
+    auto node = CreateShmTransport(node_options);
+    auto client = CreateShmTransport({});
+    EXPECT_TRUE(node.ok()) << node.status();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!node.ok() || !client.ok()) return nullptr;
+    b->node_ = *std::move(node);
+    b->client_ = *std::move(client);
+    return b;
+  }
+  ~ShmBackend() override {
+    node_.reset();
+    client_.reset();
+    if (memory_ != nullptr) ::munmap(memory_, kBytes);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::string bind() const override { return ""; }
+  uint8_t* NodeMemory() override { return memory_; }
+  uint8_t* ExtraNodeMemory() override { return memory_ + kNodeBytes; }
+  void KillNode() override { node_.reset(); }
+  std::string UnreachableAddress() override {
+    return absl::StrCat("shm:///tmp/meshpool-conformance-nobody-", ::getpid(),
+                        ".sock");
+  }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"shm://",
+            "shm://relative.sock",
+            "shm:/tmp/x.sock",
+            "tcp://127.0.0.1:7000",
+            "",
+            "shm:///tmp/x.sock?",
+            "shm:///tmp/x.sock?bogus=1",
+            "shm:///tmp/x.sock?atomics",
+            "shm:///tmp/x.sock?host=a&host=a",
+            "shm:///tmp/x%2.sock",
+            "shm:///" + std::string(200, 'x')};
+  }
+
+ private:
+  int fd_ = -1;
+  uint8_t* memory_ = nullptr;
+};
+
 #ifdef MESHPOOL_CONFORMANCE_VERBS
 // Routes a client's verbs handshake the way the node's Handshake RPC would:
 // to the node transport's AcceptHandshake.
@@ -185,8 +253,13 @@ class VerbsBackend : public Backend {
   void KillNode() override { node_.reset(); }
   std::string UnreachableAddress() override { return "verbs://nobody"; }
   std::vector<std::string> MalformedAddresses() const override {
-    return {"verbs://",    "node",        "verbs:/node", "tcp://127.0.0.1:7000",
-            "verbs://a b", "verbs://a/b", ""};
+    return {"verbs://",
+            "node",
+            "verbs:/node",
+            "tcp://127.0.0.1:7000",
+            "verbs://a b",
+            "verbs://a/b",
+            ""};
   }
 };
 #endif  // MESHPOOL_CONFORMANCE_VERBS
@@ -199,6 +272,7 @@ const std::map<std::string, BackendFactory>& Factories() {
 #else
       {"tcp", &TcpBackend::Create},
       {"sim", &SimBackend::Create},
+      {"shm", &ShmBackend::Create},
 #endif
   };
   return *factories;
@@ -209,18 +283,21 @@ std::vector<std::string> BackendNames() {
   return names;
 }
 
-class TransportConformanceTest
-    : public ::testing::TestWithParam<std::string> {
+class TransportConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "verbs") MESHPOOL_SKIP_WITHOUT_VERBS();
     seed_ = TestSeed();
     std::cout << "backend=" << GetParam() << " seed=" << seed_ << std::endl;
     rng_.seed(seed_);
-    memory_ = std::make_unique<uint64_t[]>(kNodeBytes / 8);  // zeroed
     backend_ = Factories().at(GetParam())(seed_);
     ASSERT_NE(backend_, nullptr);
-    auto region = backend_->node().RegisterMemory(memory_.get(), kNodeBytes);
+    node_memory_ = backend_->NodeMemory();
+    if (node_memory_ == nullptr) {
+      memory_ = std::make_unique<uint64_t[]>(kNodeBytes / 8);  // zeroed
+      node_memory_ = reinterpret_cast<uint8_t*>(memory_.get());
+    }
+    auto region = backend_->node().RegisterMemory(node_memory_, kNodeBytes);
     ASSERT_TRUE(region.ok()) << region.status();
     region_ = *std::move(region);
     auto address = backend_->node().Listen(backend_->bind());
@@ -251,7 +328,7 @@ class TransportConformanceTest
   }
   void ResetLocal() { local_used_ = 0; }
 
-  uint8_t* node_bytes() { return reinterpret_cast<uint8_t*>(memory_.get()); }
+  uint8_t* node_bytes() { return node_memory_; }
   uint64_t* node_word(uint64_t offset) {
     return reinterpret_cast<uint64_t*>(node_bytes() + offset);
   }
@@ -291,6 +368,7 @@ class TransportConformanceTest
   std::mt19937_64 rng_;
   std::unique_ptr<uint64_t[]> memory_;  // outlives the backend's transports
   std::unique_ptr<Backend> backend_;
+  uint8_t* node_memory_ = nullptr;  // memory_ or the backend's
   std::unique_ptr<MemoryRegion> region_;
   std::unique_ptr<uint64_t[]> local_;  // outlives local_region_
   std::unique_ptr<MemoryRegion> local_region_;
@@ -336,8 +414,8 @@ TEST_P(TransportConformanceTest, BatchOfMaxBatchMixedRequestsCompletesInOrder) {
         break;
       case 1:  // ... and READ it back in the same batch
         read[i] = Local(64);
-        batch.push_back(Request(Opcode::kRead, i, read[i], 64,
-                                kDataBase + 64 * (i - 1)));
+        batch.push_back(
+            Request(Opcode::kRead, i, read[i], 64, kDataBase + 64 * (i - 1)));
         break;
       case 2:
         batch.push_back(Atomic(Opcode::kFetchAdd, i, &old[i], kCounter, 1));
@@ -438,8 +516,7 @@ TEST_P(TransportConformanceTest,
   // A read that starts inside and ends outside is refused as well.
   auto bad2 = Connect();
   ASSERT_NE(bad2, nullptr);
-  status =
-      Run(*bad2, {Request(Opcode::kRead, 3, data, 16, kNodeBytes - 15)});
+  status = Run(*bad2, {Request(Opcode::kRead, 3, data, 16, kNodeBytes - 15)});
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
 
   uint8_t* back = Local(16);
@@ -465,8 +542,10 @@ TEST_P(TransportConformanceTest, BadRkeyIsPermissionDeniedAndBreaksEndpoint) {
 }
 
 TEST_P(TransportConformanceTest, DeregisteredRegionIsPermissionDenied) {
-  std::vector<uint8_t> extra(4096, 7);
-  auto region = backend_->node().RegisterMemory(extra.data(), extra.size());
+  std::vector<uint8_t> own(kExtraNodeBytes, 7);
+  uint8_t* extra = backend_->ExtraNodeMemory();
+  if (extra == nullptr) extra = own.data();
+  auto region = backend_->node().RegisterMemory(extra, kExtraNodeBytes);
   ASSERT_TRUE(region.ok()) << region.status();
   const RemoteRegion remote = (*region)->remote();
   EXPECT_NE(remote.rkey, 0u);
@@ -481,7 +560,8 @@ TEST_P(TransportConformanceTest, DeregisteredRegionIsPermissionDenied) {
   EXPECT_EQ(Run(*ep, {wr}).code(), absl::StatusCode::kPermissionDenied);
 }
 
-TEST_P(TransportConformanceTest, TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads) {
+TEST_P(TransportConformanceTest,
+       TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads) {
   constexpr int kRounds = 200;
   constexpr uint64_t kCounter = 8 << 20;
   std::unique_ptr<Endpoint> lanes[2] = {Connect(), Connect()};
@@ -496,7 +576,8 @@ TEST_P(TransportConformanceTest, TwoLanesToOnePeerWorkConcurrentlyFromTwoThreads
     std::mt19937_64 rng(seed_ + lane);
     const uint64_t area = (1 << 20) * (lane + 1);
     for (int i = 0; i < kRounds; ++i) {
-      for (int b = 0; b < 4096; ++b) data[lane][b] = static_cast<uint8_t>(rng());
+      for (int b = 0; b < 4096; ++b)
+        data[lane][b] = static_cast<uint8_t>(rng());
       std::vector<WorkRequest> batch = {
           Request(Opcode::kWrite, 1, data[lane], 4096, area),
           Request(Opcode::kRead, 2, back[lane], 4096, area),
@@ -586,7 +667,8 @@ TEST_P(TransportConformanceTest, PostingPastMaxOutstandingIsResourceExhausted) {
   while (posted < kMaxOutstanding) {
     batch.clear();
     for (size_t i = 0; i < kMaxBatch && posted + i < kMaxOutstanding; ++i) {
-      batch.push_back(Request(Opcode::kRead, posted + i, &words[posted + i], 8, 0));
+      batch.push_back(
+          Request(Opcode::kRead, posted + i, &words[posted + i], 8, 0));
     }
     ASSERT_TRUE(ep->Post(batch).ok());
     posted += batch.size();

@@ -1,8 +1,10 @@
 // store/layout: slot encoding, layout computation, object encode/verify.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,7 +43,8 @@ TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
   for (int i = 0; i < 100000; ++i) {
     uint8_t fingerprint = static_cast<uint8_t>(rng());
     uint64_t size = 1 + rng() % (uint64_t{1} << (1 + rng() % 36));
-    uint64_t offset = kObjectAlign * (1 + rng() % ((kMaxPoolBytes / kObjectAlign) - 1));
+    uint64_t offset =
+        kObjectAlign * (1 + rng() % ((kMaxPoolBytes / kObjectAlign) - 1));
     uint64_t word = EncodeSlot(fingerprint, size, offset);
     ASSERT_NE(word, 0u);
     Slot slot = DecodeSlot(word);
@@ -56,7 +59,8 @@ TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
 TEST(StoreLayout, SizeBoundIsTightForEveryObjectSizeUpTo4MiB) {
   for (uint64_t size = 1; size <= (4u << 20); size += 61) {
     uint64_t bound = SlotSizeBound(size);
-    ASSERT_TRUE(BoundIsTight(size, bound)) << "size=" << size << " bound=" << bound;
+    ASSERT_TRUE(BoundIsTight(size, bound))
+        << "size=" << size << " bound=" << bound;
     ASSERT_EQ(bound % kObjectAlign, 0u);
   }
 }
@@ -92,6 +96,113 @@ TEST(StoreLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
   EXPECT_EQ(layout->slab_of(layout->pool_bytes + 64), layout->slab_count);
 }
 
+// The areas of a v2 layout, in pool order: [begin, end) each.
+void ExpectAreasAlignedAndDisjoint(const PoolLayout& l) {
+  struct Area {
+    const char* name;
+    uint64_t begin;
+    uint64_t end;
+  };
+  const Area areas[] = {
+      {"superblock", 0, kSuperblockBytes},
+      {"index", l.index_offset, l.index_offset + l.bucket_count * kBucketBytes},
+      {"slab table", l.slab_meta_offset,
+       l.slab_meta_offset + l.slab_count * kSlabMetaBytes},
+      {"pin area", l.pin_area_offset,
+       l.pin_area_offset +
+           l.pin_sessions * l.pins_per_session * kPinEntryBytes},
+      {"slabs", l.slab_area_offset, l.slab_offset(l.slab_count)},
+  };
+  for (size_t i = 0; i < std::size(areas); ++i) {
+    EXPECT_EQ(areas[i].begin % 4096, 0u) << areas[i].name;
+    EXPECT_LE(areas[i].begin, areas[i].end) << areas[i].name;
+    if (i > 0) {
+      EXPECT_GE(areas[i].begin, areas[i - 1].end)
+          << areas[i].name << " overlaps " << areas[i - 1].name;
+    }
+  }
+  EXPECT_LE(areas[std::size(areas) - 1].end, l.pool_bytes);
+  EXPECT_EQ(l.slab_meta(l.slab_count), areas[2].end);
+  EXPECT_EQ(l.pin_table(l.pin_sessions), areas[3].end);
+}
+
+TEST(StoreLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
+  for (uint64_t pool :
+       {uint64_t{4} << 20, uint64_t{8} << 20, (uint64_t{12} << 20) + 4096 * 3,
+        uint64_t{256} << 20, uint64_t{1} << 30, uint64_t{64} << 30}) {
+    SCOPED_TRACE(pool);
+    absl::StatusOr<PoolLayout> layout = ComputeLayout(pool);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    ExpectAreasAlignedAndDisjoint(*layout);
+    EXPECT_EQ(layout->pin_sessions, kDefaultPinSessions);
+    EXPECT_GE(layout->pins_per_session, kMinPinsPerSession);
+    EXPECT_LE(layout->pins_per_session, kMaxPinsPerSession);
+    EXPECT_EQ(std::popcount(layout->pins_per_session), 1);
+    // No slab more fits (its table entry may need another page).
+    const uint64_t n = layout->slab_count + 1;
+    const uint64_t pin_bytes =
+        layout->slab_area_offset - layout->pin_area_offset;
+    const uint64_t table_bytes = (n * kSlabMetaBytes + 4095) / 4096 * 4096;
+    EXPECT_GT(layout->slab_meta_offset + table_bytes + pin_bytes +
+                  n * layout->slab_bytes,
+              layout->pool_bytes);
+  }
+}
+
+TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
+  absl::StatusOr<PoolLayout> small = ComputeLayout(8 << 20);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->pins_per_session, kMinPinsPerSession);
+  absl::StatusOr<PoolLayout> gib = ComputeLayout(uint64_t{1} << 30);
+  ASSERT_TRUE(gib.ok()) << gib.status();
+  // 1 GiB / 64 / (16 B x 64 sessions) = 16384 entries each.
+  EXPECT_EQ(gib->pins_per_session, 16384u);
+  absl::StatusOr<PoolLayout> huge = ComputeLayout(uint64_t{1} << 40);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_EQ(huge->pins_per_session, kMaxPinsPerSession);
+  absl::StatusOr<PoolLayout> chosen = ComputeLayout(8 << 20, 0, 0, 3, 100);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(chosen->pin_sessions, 3u);
+  EXPECT_EQ(chosen->pins_per_session, 100u);
+  ExpectAreasAlignedAndDisjoint(*chosen);
+}
+
+TEST(StoreLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
+  // Four 4 KiB slabs behind one page each of index, slab table, pin area.
+  const uint64_t pool = kSuperblockBytes + 3 * 4096 + 4 * 4096;
+  absl::StatusOr<PoolLayout> layout = ComputeLayout(pool, 4096, 16, 2, 16);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->slab_count, 4u);
+  ExpectAreasAlignedAndDisjoint(*layout);
+  // One page less: three slabs.
+  layout = ComputeLayout(pool - 4096, 4096, 16, 2, 16);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->slab_count, 3u);
+  ExpectAreasAlignedAndDisjoint(*layout);
+}
+
+TEST(StoreLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
+  // 300 slabs need 4800 bytes of table: two pages.
+  const uint64_t pool = kSuperblockBytes + 4096 + 2 * 4096 + 4096 + 300 * 4096;
+  absl::StatusOr<PoolLayout> layout = ComputeLayout(pool, 4096, 16, 1, 16);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->slab_count, 300u);
+  EXPECT_EQ(layout->pin_area_offset - layout->slab_meta_offset, 2 * 4096u);
+  ExpectAreasAlignedAndDisjoint(*layout);
+}
+
+TEST(StoreLayout, PinAreaThatCannotFitIsInvalidArgument) {
+  absl::StatusOr<PoolLayout> layout =
+      ComputeLayout(8 << 20, 0, 0, 1u << 20, 1u << 20);
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("pin tables"), std::string::npos)
+      << layout.status();
+  // Fits alone, but leaves no room for two slabs.
+  layout = ComputeLayout(8 << 20, 1 << 20, 0, 64, 7000);
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("capacity"), std::string::npos);
+}
+
 TEST(StoreLayout, ObjectsOfEveryShapeVerify) {
   std::mt19937_64 rng(TestSeed());
   const uint64_t incarnation = 0x1234;
@@ -119,7 +230,8 @@ TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
   // Header, key, value and digest; padding after the key and value is not
   // covered (and not part of the object's meaning).
   std::vector<size_t> covered;
-  for (size_t i = 0; i < kObjectHeaderBytes + key.size(); ++i) covered.push_back(i);
+  for (size_t i = 0; i < kObjectHeaderBytes + key.size(); ++i)
+    covered.push_back(i);
   const size_t value_off = ValueOffset(key.size());
   for (size_t i = 0; i < value.size(); ++i) covered.push_back(value_off + i);
   const size_t digest_off = value_off + (value.size() + 7) / 8 * 8;
@@ -209,10 +321,11 @@ TEST(StoreLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
       EXPECT_EQ(VerifyValue(header, value, digests).code(),
                 absl::StatusCode::kAborted);
     }
-    EXPECT_EQ(VerifyValue(header, absl::string_view(value).substr(0, size / 2),
-                          digests)
-                  .code(),
-              size == 0 ? absl::StatusCode::kOk : absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(
+        VerifyValue(header, absl::string_view(value).substr(0, size / 2),
+                    digests)
+            .code(),
+        size == 0 ? absl::StatusCode::kOk : absl::StatusCode::kOutOfRange);
   }
 }
 

@@ -1,9 +1,16 @@
-// store/pool: the mapping, its zeroing and the huge-page fallback.
+// store/pool: the mapping, its zeroing and the huge-page fallback; shared
+// pools (a sealed memfd mapped MAP_SHARED).
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,8 +23,11 @@ namespace meshpool::store {
 class PoolTestPeer {
  public:
   static absl::StatusOr<Pool> CreateWith(uint64_t bytes, bool huge,
-                                         Pool::MapFn map) {
-    return Pool::CreateWith(bytes, huge, /*populate=*/false, map);
+                                         Pool::MapFn map, bool shared = false) {
+    return Pool::CreateWith(bytes, huge, /*populate=*/false, shared, map);
+  }
+  static bool ShmemHugePagesAllowed(absl::string_view text) {
+    return Pool::ShmemHugePagesAllowed(text);
   }
   static absl::Status Populate(char* p, uint64_t bytes, bool use_madvise) {
     return Pool::Populate(p, bytes, use_madvise);
@@ -162,6 +172,143 @@ TEST(StorePool, MoveTransfersOwnership) {
   Pool c = std::move(b);
   EXPECT_EQ(c.data(), data);
   c.data()[0] = 1;
+}
+
+TEST(StorePool, PrivatePoolHasNoFd) {
+  absl::StatusOr<Pool> pool = Pool::Create(1 << 20, false);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_FALSE(pool->shared());
+  EXPECT_EQ(pool->fd(), -1);
+}
+
+// The target of /proc/self/fd/<fd>.
+std::string FdTarget(int fd) {
+  char buf[PATH_MAX] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+TEST(StorePool, SharedPoolIsASealedMemfdThatAnotherMappingShares) {
+  constexpr uint64_t kBytes = 8 << 20;
+  absl::StatusOr<Pool> pool =
+      Pool::Create(kBytes, /*huge_pages=*/true, /*populate=*/false,
+                   /*shared=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::cout << "page kind: " << PageKindName(pool->page_kind()) << "\n";
+  ASSERT_TRUE(pool->shared());
+  ASSERT_GE(pool->fd(), 0);
+  EXPECT_NE(FdTarget(pool->fd()).find(std::string("memfd:") + kSharedPoolName),
+            std::string::npos)
+      << FdTarget(pool->fd());
+  EXPECT_NE(::fcntl(pool->fd(), F_GETFD) & FD_CLOEXEC, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(pool->fd(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kBytes);
+  const int seals = ::fcntl(pool->fd(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  if (pool->page_kind() != PageKind::kHugeTlb) {
+    // Shared memory gets transparent huge pages only where the kernel says.
+    std::ifstream sysfs("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    std::string setting((std::istreambuf_iterator<char>(sysfs)),
+                        std::istreambuf_iterator<char>());
+    EXPECT_EQ(pool->page_kind(), PoolTestPeer::ShmemHugePagesAllowed(setting)
+                                     ? PageKind::kTransparentHuge
+                                     : PageKind::kNormal)
+        << setting;
+  }
+  EXPECT_TRUE(AllZero(pool->data(), kBytes));
+  void* other = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       pool->fd(), 0);
+  ASSERT_NE(other, MAP_FAILED) << std::strerror(errno);
+  char* mirror = static_cast<char*>(other);
+  ASSERT_NE(mirror, pool->data());
+  pool->data()[12345] = 42;
+  EXPECT_EQ(mirror[12345], 42);
+  mirror[kBytes - 1] = 7;
+  EXPECT_EQ(pool->data()[kBytes - 1], 7);
+  ::munmap(other, kBytes);
+  // Nobody holding the fd can shrink the pool under the node (SIGBUS) or
+  // add seals (F_SEAL_FUTURE_WRITE would stop clients from mapping it).
+  EXPECT_NE(::ftruncate(pool->fd(), kBytes), -1);  // same size: allowed
+  EXPECT_EQ(::ftruncate(pool->fd(), 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(::fcntl(pool->fd(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1);
+}
+
+TEST(StorePool, PopulatedSharedPoolIsResident) {
+  absl::StatusOr<Pool> pool = Pool::Create(4 << 20, true, /*populate=*/true,
+                                           /*shared=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto [resident, pages] = ResidentPages(pool->data(), pool->size());
+  EXPECT_EQ(resident, pages) << PageKindName(pool->page_kind());
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
+}
+
+TEST(StorePool, SharedPoolFallsBackToNormalMemfdWhenHugeTlbFails) {
+  MapCalls().clear();
+  absl::StatusOr<Pool> pool = PoolTestPeer::CreateWith(
+      4 << 20, true, &MmapWithoutHugeTlb, /*shared=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // A kernel without hugetlbfs refuses the MFD_HUGETLB memfd before any
+  // mapping; otherwise the hugetlb mapping was tried first.
+  ASSERT_GE(MapCalls().size(), 1u);
+  ASSERT_LE(MapCalls().size(), 2u);
+  if (MapCalls().size() == 2) {
+    EXPECT_NE(MapCalls()[0] & MAP_HUGETLB, 0);
+  }
+  EXPECT_EQ(MapCalls().back() & MAP_HUGETLB, 0);
+  EXPECT_NE(MapCalls().back() & MAP_SHARED, 0);
+  EXPECT_NE(pool->page_kind(), PageKind::kHugeTlb);
+  EXPECT_GE(pool->fd(), 0);
+  EXPECT_TRUE(AllZero(pool->data(), pool->size()));
+}
+
+TEST(StorePool, SharedPoolWithoutHugePagesMapsOnce) {
+  MapCalls().clear();
+  absl::StatusOr<Pool> pool = PoolTestPeer::CreateWith(
+      4 << 20, false, &MmapWithoutHugeTlb, /*shared=*/true);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(MapCalls().size(), 1u);
+  EXPECT_EQ(MapCalls()[0] & (MAP_SHARED | MAP_HUGETLB), MAP_SHARED);
+  EXPECT_EQ(pool->page_kind(), PageKind::kNormal);
+}
+
+TEST(StorePool, RefusedSharedMappingIsResourceExhausted) {
+  absl::StatusOr<Pool> pool = PoolTestPeer::CreateWith(
+      4 << 20, true, &MmapAlwaysFails, /*shared=*/true);
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(StorePool, ShmemTransparentHugePagesFollowTheKernelSetting) {
+  EXPECT_TRUE(PoolTestPeer::ShmemHugePagesAllowed(
+      "always within_size [advise] never deny force\n"));
+  EXPECT_TRUE(PoolTestPeer::ShmemHugePagesAllowed(
+      "[always] within_size advise never deny force"));
+  EXPECT_TRUE(PoolTestPeer::ShmemHugePagesAllowed(
+      "always [within_size] advise never deny force"));
+  EXPECT_FALSE(PoolTestPeer::ShmemHugePagesAllowed(
+      "always within_size advise [never] deny force\n"));
+  EXPECT_FALSE(PoolTestPeer::ShmemHugePagesAllowed(
+      "always within_size advise never [deny] force"));
+  EXPECT_FALSE(PoolTestPeer::ShmemHugePagesAllowed(""));  // no THP at all
+}
+
+TEST(StorePool, MovingASharedPoolMovesItsFdAndDestructionClosesIt) {
+  absl::StatusOr<Pool> a = Pool::Create(1 << 20, false, false, true);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int fd = a->fd();
+  Pool b = *std::move(a);
+  EXPECT_EQ(b.fd(), fd);
+  EXPECT_EQ(a->fd(), -1);     // NOLINT: moved-from state is specified
+  EXPECT_FALSE(a->shared());  // NOLINT
+  {
+    Pool c = std::move(b);
+    EXPECT_EQ(::fcntl(fd, F_GETFD) >= 0, true);
+  }
+  EXPECT_EQ(::fcntl(fd, F_GETFD), -1);  // closed with its Pool
+  EXPECT_EQ(errno, EBADF);
 }
 
 }  // namespace

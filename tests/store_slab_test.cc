@@ -13,8 +13,9 @@ namespace meshpool::store {
 // AllocateRegion in its two halves, so a test can act between them.
 class SlabManagerTestPeer {
  public:
-  static absl::StatusOr<std::vector<uint64_t>> ReserveRegion(
-      SlabManager& m, uint64_t region_id, uint64_t slabs) {
+  static absl::StatusOr<std::vector<uint64_t>> ReserveRegion(SlabManager& m,
+                                                             uint64_t region_id,
+                                                             uint64_t slabs) {
     return m.ReserveRegion(region_id, slabs);
   }
   static absl::Status ZeroRegion(SlabManager& m, uint64_t region_id,
@@ -33,8 +34,9 @@ constexpr absl::Duration kReadLease = absl::Seconds(2);
 class SlabTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // One page each of superblock, index, slab table and pin area.
     absl::StatusOr<PoolLayout> layout =
-        ComputeLayout(8192 + kSlabs * 4096, 4096, 16);
+        ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, 16, 2, 16);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ASSERT_EQ(layout->slab_count, kSlabs);
     layout_ = *layout;
@@ -54,7 +56,9 @@ class SlabTest : public ::testing::Test {
   void Publish(uint64_t slot, uint64_t offset) {
     memory_[layout_.index_offset / 8 + slot] = EncodeSlot(1, 128, offset);
   }
-  void Unpublish(uint64_t slot) { memory_[layout_.index_offset / 8 + slot] = 0; }
+  void Unpublish(uint64_t slot) {
+    memory_[layout_.index_offset / 8 + slot] = 0;
+  }
 
   // Grants a slab and releases it at once; returns it (SEALED).
   uint64_t GrantAndRelease() {

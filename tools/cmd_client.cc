@@ -1,4 +1,4 @@
-// Client subcommands: put, get, del, stat, bench.
+// Client subcommands: put, get, del, bench (stat: cmd_stat.cc).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/common.h"
-#include "common/json.h"
 #include "meshpool/client.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -40,17 +39,16 @@ void DefineClientFlags(Flags& flags) {
 }
 
 std::unique_ptr<Client> OpenClient(Flags& flags, int argc, char** argv,
-                             const char* command, size_t min_positional,
-                             size_t max_positional, int* rc) {
+                                   const char* command, size_t min_positional,
+                                   size_t max_positional, int* rc) {
   if (int parsed = ParseFlags(flags, argc, argv, command); parsed >= 0) {
     *rc = parsed;
     return nullptr;
   }
   size_t n = flags.positional().size();
   if (n < min_positional || n > max_positional) {
-    *rc = Fail(command, absl::InvalidArgumentError(
-                            absl::StrCat("wrong number of arguments\n\n",
-                                         flags.Help())));
+    *rc = Fail(command, absl::InvalidArgumentError(absl::StrCat(
+                            "wrong number of arguments\n\n", flags.Help())));
     return nullptr;
   }
   auto address = CoordinatorAddress(flags);
@@ -127,63 +125,12 @@ int RunDel(int argc, char** argv) {
   return 0;
 }
 
-int RunStat(int argc, char** argv) {
-  Flags flags("meshpool stat [--json]",
-              "Shows the cluster map: nodes, capacity, used bytes, objects.");
-  DefineClientFlags(flags);
-  flags.DefineBool("json", "print JSON");
-  int rc = 0;
-  auto client = OpenClient(flags, argc, argv, "stat", 0, 0, &rc);
-  if (!client) return rc;
-  auto status = client->Status();
-  if (!status.ok()) return Fail("stat", status.status());
-  if (flags.GetBool("json")) {
-    std::string out = absl::StrCat("{\"epoch\":", status->epoch, ",\"nodes\":[");
-    for (size_t i = 0; i < status->nodes.size(); ++i) {
-      const NodeStatus& n = status->nodes[i];
-      absl::StrAppend(&out, i ? "," : "", "{\"id\":", JsonQuote(n.node_id),
-                      ",\"alive\":", n.alive ? "true" : "false",
-                      ",\"address\":", JsonQuote(n.transport_address),
-                      ",\"capacity_bytes\":", n.capacity_bytes,
-                      ",\"used_bytes\":", n.used_bytes,
-                      ",\"objects\":", n.objects,
-                      ",\"slabs_total\":", n.slabs_total,
-                      ",\"slabs_free\":", n.slabs_free,
-                      ",\"error\":", JsonQuote(n.error), "}");
-    }
-    absl::StrAppend(&out, "]}\n");
-    std::fputs(out.c_str(), stdout);
-    return 0;
-  }
-  uint64_t capacity = 0, used = 0, objects = 0;
-  std::printf("cluster map epoch %llu\n",
-              static_cast<unsigned long long>(status->epoch));
-  std::printf("%-12s %-6s %-24s %10s %10s %10s\n", "NODE", "STATE", "ADDRESS",
-              "CAPACITY", "USED", "OBJECTS");
-  for (const NodeStatus& n : status->nodes) {
-    std::printf("%-12s %-6s %-24s %10s %10s %10llu%s%s\n", n.node_id.c_str(),
-                n.alive ? "alive" : "dead", n.transport_address.c_str(),
-                FormatSize(n.capacity_bytes).c_str(),
-                FormatSize(n.used_bytes).c_str(),
-                static_cast<unsigned long long>(n.objects),
-                n.error.empty() ? "" : "  ! ", n.error.c_str());
-    if (n.alive) {
-      capacity += n.capacity_bytes;
-      used += n.used_bytes;
-      objects += n.objects;
-    }
-  }
-  std::printf("%-12s %-6s %-24s %10s %10s %10llu\n", "total", "", "",
-              FormatSize(capacity).c_str(), FormatSize(used).c_str(),
-              static_cast<unsigned long long>(objects));
-  return 0;
-}
-
 int RunBench(int argc, char** argv) {
-  Flags flags("meshpool bench [--value-size SIZE] [--threads N] [--batch N] "
-              "[--read-fraction F] [--duration D]",
-              "Loads the cluster with GETs and PUTs and prints ops/s, GB/s "
-              "and p50/p99/p999 latency. Every GET is checked byte for byte.");
+  Flags flags(
+      "meshpool bench [--value-size SIZE] [--threads N] [--batch N] "
+      "[--read-fraction F] [--duration D]",
+      "Loads the cluster with GETs and PUTs and prints ops/s, GB/s "
+      "and p50/p99/p999 latency. Every GET is checked byte for byte.");
   DefineClientFlags(flags);
   flags.Define("value-size", "4KiB", "value size");
   flags.Define("threads", "4", "client threads");

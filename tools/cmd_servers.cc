@@ -3,15 +3,17 @@
 #include <unistd.h>
 
 #include <atomic>
-
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "meshpool/client.h"
 #include "placement/placement.h"
 #include "rdma/rdma.h"
+#include "store/evictor.h"
 #include "store/store.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -65,14 +67,67 @@ int RunCoordinator(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+// Eviction and session flags, shared by `meshpool node` and the local
+// cluster commands (which pass them on to their nodes).
+void DefineEvictionFlags(Flags& flags) {
+  flags.DefineBool("evict",
+                   "evict KV objects when the pool fills (default; "
+                   "--evict=false or --no-evict turns it off: a full pool "
+                   "then refuses writes)");
+  flags.DefineBool("no-evict", "do not evict: a full pool refuses writes");
+  flags.Define("evict-high", "0.9",
+               "start evicting above this fraction of slabs in use");
+  flags.Define("evict-low", "0.8", "evict down to this fraction of slabs");
+  flags.Define("session-lease", "10s",
+               "a client session (and its pins) ends this long after its "
+               "last renewal");
+}
+
+absl::Status EvictionFromFlags(const Flags& flags, store::NodeOptions* o) {
+  const std::string evict = flags.Get("evict");
+  if (evict.empty() || evict == "true" || evict == "1" || evict == "yes") {
+    o->evict = true;
+  } else if (evict == "false" || evict == "0" || evict == "no") {
+    o->evict = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--evict wants true or false, got '", evict, "'"));
+  }
+  if (flags.GetBool("no-evict")) o->evict = false;
+  MESHPOOL_ASSIGN_OR_RETURN(o->evict_high_watermark,
+                            flags.GetDouble("evict-high"));
+  MESHPOOL_ASSIGN_OR_RETURN(o->evict_low_watermark,
+                            flags.GetDouble("evict-low"));
+  MESHPOOL_ASSIGN_OR_RETURN(o->session_lease,
+                            flags.GetDuration("session-lease"));
+  return absl::OkStatus();
+}
+
+// The same settings as `meshpool node` arguments.
+std::vector<std::string> EvictionArgs(const store::NodeOptions& o) {
+  return {absl::StrCat("--evict=", o.evict ? "true" : "false"),
+          "--evict-high",
+          absl::StrCat(o.evict_high_watermark),
+          "--evict-low",
+          absl::StrCat(o.evict_low_watermark),
+          "--session-lease",
+          absl::FormatDuration(o.session_lease)};
+}
+
+}  // namespace
+
 int RunNode(int argc, char** argv) {
   Flags flags("meshpool node --coordinator HOST:PORT --capacity SIZE",
               "Runs a memory node: maps a pool of SIZE bytes, serves it to "
               "clients over the transport, registers with the coordinator. "
               "Stops on Ctrl-C.");
-  flags.Define("coordinator", "", "coordinator address (or MESHPOOL_COORDINATOR)");
+  flags.Define("coordinator", "",
+               "coordinator address (or MESHPOOL_COORDINATOR)");
   flags.Define("capacity", "1GiB", "pool size, e.g. 512MiB, 8GiB");
-  flags.Define("node-id", "", "node name (default: assigned by the coordinator)");
+  flags.Define("node-id", "",
+               "node name (default: assigned by the coordinator)");
   flags.Define("listen", "127.0.0.1:0", "control-plane (gRPC) address");
   DefineTransportFlags(flags, /*with_transport=*/true);
   flags.Define("bind", "127.0.0.1:0", "data transport address (tcp)");
@@ -80,11 +135,16 @@ int RunNode(int argc, char** argv) {
                "host clients dial (required when --listen/--bind use 0.0.0.0)");
   flags.Define("slab-size", "0", "slab size granted to clients (0: automatic)");
   flags.Define("index-buckets", "0", "index buckets of 8 slots (0: pool/4KiB)");
-  flags.Define("slab-lease", "10s", "how long a client may fill a granted slab");
+  flags.Define("slab-lease", "10s",
+               "how long a client may fill a granted slab");
   flags.Define("read-lease", "2s", "longest GET; freed memory waits this long");
   flags.DefineBool("no-huge-pages", "do not try 2 MiB huge pages");
+  DefineEvictionFlags(flags);
   if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
+  if (absl::Status s = EvictionFromFlags(flags, &options); !s.ok()) {
+    return Fail("node", s);
+  }
   auto coordinator = CoordinatorAddress(flags);
   if (!coordinator.ok()) return Fail("node", coordinator.status());
   options.coordinator = *coordinator;
@@ -94,8 +154,8 @@ int RunNode(int argc, char** argv) {
   auto slab_lease = flags.GetDuration("slab-lease");
   auto read_lease = flags.GetDuration("read-lease");
   for (const absl::Status& s :
-       {capacity.status(), slab.status(), buckets.status(),
-        slab_lease.status(), read_lease.status()}) {
+       {capacity.status(), slab.status(), buckets.status(), slab_lease.status(),
+        read_lease.status()}) {
     if (!s.ok()) return Fail("node", s);
   }
   options.capacity_bytes = *capacity;
@@ -155,6 +215,13 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
   options.quiet = !flags.GetBool("verbose");
   MESHPOOL_RETURN_IF_ERROR(ResolveTransport(flags).status());
   options.node_args = TransportArgs(flags);
+  store::NodeOptions node;
+  MESHPOOL_RETURN_IF_ERROR(EvictionFromFlags(flags, &node));
+  MESHPOOL_RETURN_IF_ERROR(store::CheckWatermarks(node.evict_high_watermark,
+                                                  node.evict_low_watermark));
+  for (std::string& arg : EvictionArgs(node)) {
+    options.node_args.push_back(std::move(arg));
+  }
   return options;
 }
 
@@ -164,6 +231,7 @@ void DefineClusterFlags(Flags& flags, const char* default_port) {
   flags.Define("port", default_port, "coordinator port (0: any free port)");
   flags.DefineBool("verbose", "show the nodes' and coordinator's logs");
   DefineTransportFlags(flags, /*with_transport=*/true);
+  DefineEvictionFlags(flags);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ int RunStat(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
 int RunWeights(int argc, char** argv);
+int RunPin(int argc, char** argv);
+int RunPrefix(int argc, char** argv);
 
 class Flags;
 

@@ -13,8 +13,9 @@
 // Error codes:
 //   InvalidArgument    - bad key (empty or over kMaxKeyBytes) or value (larger
 //                        than the largest object a slab holds).
-//   NotFound           - no such key (also: its node died and the map moved it).
-//   Unavailable        - retryable: a node or the coordinator is unreachable,
+//   NotFound           - no such key (also: its node died and the map moved
+//   it). Unavailable        - retryable: a node or the coordinator is
+//   unreachable,
 //                        or died mid-operation. Retry after a short wait.
 //   ResourceExhausted  - the key's home node is full (pool or index buckets).
 //   DataLoss           - the object never verified after repeated re-reads.
@@ -27,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +65,9 @@ struct ClientOptions {
   absl::Duration op_timeout = kDefaultOpTimeout;
   // Re-reads of an object that fails verification before DataLoss.
   int max_verify_retries = 16;
+  // Threads that run batches: the async calls' work, and the per-node
+  // parts of a synchronous batch spanning several nodes (1..64).
+  int batch_threads = 4;
   // RDMA (verbs) settings, used for nodes whose transport address is
   // "verbs://..."; nodes at "tcp://..." addresses are reached over TCP.
   struct Rdma {
@@ -83,6 +88,26 @@ struct ClientOptions {
   std::shared_ptr<rdma::Transport> transport;
 };
 
+// KV-cache counters: what a client counted against the nodes (its own view:
+// a node's CPU never sees a GET or PUT), and, per node, the sum of what
+// every client reported to it.
+struct KvStats {
+  uint64_t hits = 0;       // GET keys that found a value
+  uint64_t misses = 0;     // GET keys that found none
+  uint64_t puts = 0;       // values stored
+  uint64_t bytes_in = 0;   // value bytes written into nodes
+  uint64_t bytes_out = 0;  // value bytes read from nodes
+  uint64_t pins = 0;       // pins that held (Pin, PrefixMatch)
+};
+
+// One client session on a node, as the node reports it.
+struct SessionStatus {
+  std::string client_id;
+  KvStats stats;
+  uint64_t pinned_objects = 0;
+  uint64_t pinned_bytes = 0;
+};
+
 // One node as the client sees it (for `meshpool stat`).
 struct NodeStatus {
   std::string node_id;
@@ -96,6 +121,12 @@ struct NodeStatus {
   uint64_t slabs_free = 0;
   uint64_t slabs_reclaimed = 0;  // freed for reuse since the node started
   uint64_t slabs_region = 0;     // held by regions (hard-pinned)
+  uint64_t slabs_evicted = 0;    // evicted under memory pressure, since start
+  uint64_t objects_evicted = 0;  // index entries those evictions removed
+  uint64_t pinned_objects = 0;   // pinned now by live sessions
+  uint64_t pinned_bytes = 0;
+  KvStats clients;                      // summed over every client's reports
+  std::vector<SessionStatus> sessions;  // clients with a session now
   std::string error;  // why fresh stats could not be fetched, if so
 };
 
@@ -103,6 +134,85 @@ struct ClusterStatus {
   uint64_t epoch = 0;
   std::vector<NodeStatus> nodes;
 };
+
+// ---- KV cache for LLM inference ------------------------------------------
+//
+// An inference engine keys a KV-cache block by the tokens that produced it:
+// block i's key is a chained hash over the token ids of blocks 0..i, so
+// equal prefixes give equal keys and the first differing token changes
+// every later key. The chain starts from a namespace (model, parallel
+// ranks, tenant salt, block size), so engines serving the same model and
+// ranks share blocks and different models never collide.
+
+struct BlockKeyOptions {
+  std::string model;     // required: the model's name or checksum
+  uint32_t tp_rank = 0;  // tensor-parallel rank / size
+  uint32_t tp_size = 1;
+  uint32_t pp_rank = 0;  // pipeline-parallel rank / size
+  uint32_t pp_size = 1;
+  std::string salt;            // per tenant; empty: shared by all tenants
+  uint32_t block_tokens = 16;  // tokens per block (1..kMaxBlockTokens)
+};
+inline constexpr uint32_t kMaxBlockTokens = 1u << 16;
+
+// Derives block keys incrementally as tokens arrive (prefill, then decode).
+// Keys are "kv1:" followed by 32 hex digits (XXH3-128 of the previous
+// block's hash and this block's token ids, little-endian int32).
+// Thread-compatible: one chain per sequence.
+class BlockKeyChain {
+ public:
+  // InvalidArgument for an empty model, a rank not below its size, or a
+  // block size of 0 or over kMaxBlockTokens.
+  static absl::StatusOr<BlockKeyChain> Create(const BlockKeyOptions& options);
+
+  // Appends `tokens`; returns the keys of the blocks they completed (a
+  // partial block waits for more tokens and has no key).
+  std::vector<std::string> Append(absl::Span<const int32_t> tokens);
+  // Every full block's key so far, in order.
+  const std::vector<std::string>& keys() const { return keys_; }
+  // Tokens of the partial block not yet keyed.
+  size_t pending_tokens() const { return pending_.size(); }
+
+ private:
+  BlockKeyChain(uint32_t block_tokens, uint64_t lo, uint64_t hi)
+      : block_tokens_(block_tokens), lo_(lo), hi_(hi) {}
+  uint32_t block_tokens_;
+  uint64_t lo_, hi_;  // the chain's last hash
+  std::vector<int32_t> pending_;
+  std::vector<std::string> keys_;
+};
+
+// The keys of every full block of `tokens` (BlockKeyChain in one call).
+absl::StatusOr<std::vector<std::string>> BlockKeys(
+    const BlockKeyOptions& options, absl::Span<const int32_t> tokens);
+
+// Pins: a pinned block is never evicted. `ttl` bounds a pin in time;
+// kHardPin never expires. Either kind lasts at most as long as the client
+// that made it: nodes drop a client's pins one session lease (10 s by
+// default) after it stops renewing (crash, exit, partition).
+inline constexpr absl::Duration kHardPin = absl::InfiniteDuration();
+
+// An asynchronous batch: the Async calls return at once with one of these;
+// the batch completes in the background. Poll done(), Wait(), or pass a
+// callback. Results are valid once done() is true.
+// Thread-safe. Destroying a handle does not cancel the batch (the client
+// finishes it; its buffers must stay valid until then).
+class BatchHandle {
+ public:
+  virtual ~BatchHandle() = default;
+  virtual bool done() const = 0;
+  virtual void Wait() const = 0;
+  // False when `timeout` passed first.
+  virtual bool WaitFor(absl::Duration timeout) const = 0;
+  // One status per key, in order. REQUIRES: done().
+  virtual const std::vector<absl::Status>& statuses() const = 0;
+  // GET: each value's length (0 where the status is not OK); PUT: the
+  // value sizes stored. REQUIRES: done().
+  virtual const std::vector<size_t>& lengths() const = 0;
+};
+// Runs once, on a client thread, when the batch is done. It must not block
+// for long (it holds up other completions) and may start new batches.
+using BatchCallback = std::function<void(const BatchHandle&)>;
 
 // Stripe size of a region created with RegionOptions.stripe_bytes = 0 (the
 // coordinator caps it at the smallest slab of the nodes it places on).
@@ -176,8 +286,7 @@ class Region {
 
   // Writes `data` at `offset` (every live copy). Registered memory moves
   // without staging, like Read.
-  virtual absl::Status Write(uint64_t offset,
-                             absl::Span<const char> data) = 0;
+  virtual absl::Status Write(uint64_t offset, absl::Span<const char> data) = 0;
 
   // Checks that every live copy of [offset, offset + data.size()) holds
   // exactly `data`: each node hashes its copies (XXH3-64) and this client
@@ -185,8 +294,7 @@ class Region {
   // network (the nodes' CPUs do this work, only when asked). DataLoss
   // naming the stripe and node on a mismatch; otherwise the Read errors.
   // For writers that must know their bytes landed, on every copy.
-  virtual absl::Status Verify(uint64_t offset,
-                              absl::Span<const char> data) = 0;
+  virtual absl::Status Verify(uint64_t offset, absl::Span<const char> data) = 0;
 
   // Atomically: if the 8-byte word at `offset` equals `expected`, set it to
   // `desired`. Returns the old value either way (success: old == expected).
@@ -205,8 +313,7 @@ class Client {
   // Unavailable: the coordinator cannot be reached (start it with
   // `meshpool coordinator` or `meshpool up`, or fix --coordinator).
   // InvalidArgument: no coordinator given and MESHPOOL_COORDINATOR unset.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(
-      ClientOptions options);
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -245,9 +352,13 @@ class Client {
   absl::Status Delete(absl::string_view key);
   absl::StatusOr<bool> Exists(absl::string_view key);
 
-  // Batched forms: one status per key, in order. Requests to the same node
-  // are posted together. REQUIRES: keys.size() == values.size() (resp.
-  // outs.size()); a mismatch yields InvalidArgument for every key.
+  // Batched forms: one status per key, in order. Each node's keys are
+  // posted together (one doorbell per phase: a batch of new keys is two
+  // round trips, a batch GET one or two), and the nodes are served in
+  // parallel. Values and output buffers inside memory registered with
+  // RegisterBuffer move with no staging copy at any size. REQUIRES:
+  // keys.size() == values.size() (resp. outs.size()); a mismatch yields
+  // InvalidArgument for every key.
   std::vector<absl::Status> BatchPut(
       absl::Span<const absl::string_view> keys,
       absl::Span<const absl::string_view> values);
@@ -256,6 +367,62 @@ class Client {
       absl::Span<const absl::Span<char>> outs);
   std::vector<absl::StatusOr<bool>> BatchExists(
       absl::Span<const absl::string_view> keys);
+
+  // ---- KV cache (see BlockKeyChain, kHardPin, BatchHandle above) ----
+  //
+  // Memory pressure: nodes evict whole slabs of blocks, oldest first,
+  // giving recently read ones a second chance and never evicting pinned
+  // blocks or regions; a PUT into a full node waits (within op_timeout)
+  // for eviction instead of failing, and fails ResourceExhausted only when
+  // everything left is pinned. An evicted key reads as NotFound (a miss).
+  // A GET holds a read lease: memory of an evicted or replaced block is
+  // reused only after the longest GET may take, so a GET in flight never
+  // returns reused bytes.
+
+  // Asynchronous BatchPut / BatchGet: return at once; the per-node parts
+  // run in parallel on client threads, each node's phases posted as one
+  // batch (one doorbell). Keys are copied; `values` / `outs` must stay
+  // valid (and `outs` untouched) until the handle is done. Statuses as for
+  // BatchPut / BatchGet. Batches complete in any order.
+  std::unique_ptr<BatchHandle> BatchPutAsync(
+      absl::Span<const absl::string_view> keys,
+      absl::Span<const absl::string_view> values,
+      BatchCallback on_done = nullptr);
+  std::unique_ptr<BatchHandle> BatchGetAsync(
+      absl::Span<const absl::string_view> keys,
+      absl::Span<const absl::Span<char>> outs, BatchCallback on_done = nullptr);
+
+  // How many leading keys are present: the longest prefix of `keys` the
+  // pool holds (a later key present after a gap does not count). With a
+  // nonzero `pin_ttl` the matched keys are also pinned in the same step
+  // (kHardPin: until Unpin), so they are not evicted before the engine
+  // reads them; a key whose pin does not hold (it was being evicted) ends
+  // the prefix there. Unavailable only when the first key's node cannot
+  // be reached (a node failing later in the chain ends the prefix there);
+  // InvalidArgument for a bad key.
+  absl::StatusOr<size_t> PrefixMatch(
+      absl::Span<const absl::string_view> keys,
+      absl::Duration pin_ttl = absl::ZeroDuration());
+
+  // Pins each key's current value for `ttl` (kHardPin: until Unpin or this
+  // client ends). A client holds at most one pin per key: pinning a key it
+  // already pinned moves the pin to the key's current value and keeps the
+  // later expiry (a hard pin stays hard). One status per key: NotFound
+  // (absent, or being evicted), ResourceExhausted (this client's pin table
+  // on that node is full: unpin some; or the node has no free session),
+  // InvalidArgument (bad key or ttl <= 0), Unavailable (node unreachable).
+  std::vector<absl::Status> Pin(absl::Span<const absl::string_view> keys,
+                                absl::Duration ttl);
+  // Drops this client's pins of `keys`. NotFound for a key it had not
+  // pinned (or whose pin already lapsed).
+  std::vector<absl::Status> Unpin(absl::Span<const absl::string_view> keys);
+
+  // What this client counted, in total and per node id.
+  struct KvCounters {
+    KvStats total;
+    std::map<std::string, KvStats> per_node;
+  };
+  KvCounters KvStatistics() const;
 
   // Creates a region of `size` bytes (> 0), zero-filled. Errors:
   // InvalidArgument (empty or over-long name, bad stripe size or replica
@@ -291,6 +458,7 @@ class Client {
 
  private:
   class Impl;
+  friend class ClientTestPeer;  // tests: client/client_test_peer.h
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,105 @@
+#include "client/kv_object_read.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace meshpool::client_internal {
+
+ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
+                          uint64_t word, const GetTarget& target,
+                          bool allow_direct, uint64_t* cursor) {
+  ObjectRead r;
+  r.slot = slot;
+  r.word = word;
+  r.offset = store::DecodeSlot(word).offset;
+  r.length = s.ObjectReadLength(word);
+  uint64_t value_at = store::ValueOffset(key.key.size());
+  r.direct = allow_direct && target.lkey.has_value() && !target.out.empty() &&
+             r.length > value_at;
+  r.head_at = *cursor;
+  if (!r.direct) {
+    r.head_len = r.length;
+    *cursor += r.length;
+    return r;
+  }
+  r.head_len = value_at;
+  r.out_len = std::min<uint64_t>(target.out.size(), r.length - value_at);
+  r.tail_at = r.head_at + r.head_len;
+  r.tail_len = r.length - value_at - r.out_len;
+  *cursor += r.head_len + r.tail_len;
+  return r;
+}
+
+void AddObjectReads(Session& s, const ObjectRead& r, char* staging,
+                    const GetTarget& target,
+                    std::vector<rdma::WorkRequest>& wrs) {
+  s.AddRead(wrs, staging + r.head_at, r.offset, r.head_len);
+  if (!r.direct) return;
+  s.AddRead(wrs, target.out.data(), r.offset + r.head_len, r.out_len,
+            *target.lkey);
+  if (r.tail_len > 0) {
+    s.AddRead(wrs, staging + r.tail_at, r.offset + r.head_len + r.out_len,
+              r.tail_len);
+  }
+}
+
+namespace {
+
+// The direct case: the header and key are in staging, the value in the
+// caller's buffer, the digests wherever the value's length puts them.
+absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
+                                    const ObjectRead& r, const char* staging,
+                                    const GetTarget& target) {
+  store::ObjectHeader h;
+  absl::Status head = store::VerifyHeaderAndKey(
+      absl::MakeConstSpan(staging + r.head_at, r.head_len), key.key, key.hash,
+      s.node().incarnation(), &h);
+  if (head.code() == absl::StatusCode::kOutOfRange) {
+    return absl::NotFoundError("not this key's object");
+  }
+  if (!head.ok()) return head;
+  if (h.value_length > target.out.size()) {
+    return BufferTooSmall(h.value_length, target.out.size());
+  }
+  // The slot's bound covers the whole object; a header claiming more is
+  // torn or reused.
+  if (store::ObjectBytes(h.key_length, h.value_length) > r.length) {
+    return absl::AbortedError("object larger than its slot says");
+  }
+  // Digest bytes, counted from the value's start, lie in out[0, out_len)
+  // followed by tail[0, tail_len).
+  uint64_t at = store::DigestOffset(h.key_length, h.value_length) - r.head_len;
+  uint64_t n = 8 * store::DigestCount(h.value_length);
+  std::vector<char> digests(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t p = at + i;
+    digests[i] =
+        p < r.out_len ? target.out[p] : staging[r.tail_at + p - r.out_len];
+  }
+  absl::Span<const char> value(target.out.data(), h.value_length);
+  absl::Status v = store::VerifyValue(h, value, digests);
+  if (!v.ok()) return absl::AbortedError("torn object");
+  return static_cast<size_t>(h.value_length);
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> FinishObjectRead(Session& s, const KeyRef& key,
+                                        const ObjectRead& r,
+                                        const char* staging,
+                                        const GetTarget& target) {
+  if (r.direct) return FinishDirect(s, key, r, staging, target);
+  absl::string_view value;
+  absl::Status v =
+      store::VerifyObject(absl::MakeConstSpan(staging + r.head_at, r.head_len),
+                          key.key, key.hash, s.node().incarnation(), &value);
+  if (v.code() == absl::StatusCode::kOutOfRange) {
+    return absl::AbortedError("object shorter than its slot says");
+  }
+  if (!v.ok()) return v;
+  size_t length = 0;
+  MESHPOOL_RETURN_IF_ERROR(CopyValueTo(value, target.out, &length));
+  return length;
+}
+
+}  // namespace meshpool::client_internal

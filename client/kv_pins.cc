@@ -1,0 +1,199 @@
+#include "client/kv_pins.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/kv_session.h"
+
+namespace meshpool::client_internal {
+namespace {
+
+uint64_t ExpiryMs(uint64_t now_ms, absl::Duration ttl) {
+  if (ttl == absl::InfiniteDuration()) return store::kPinForever;
+  uint64_t ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(ttl));
+  return std::min(now_ms + std::max<uint64_t>(ms, 1), store::kPinForever - 1);
+}
+
+// WRITEs zeros over entries (one post), then forgets them locally.
+absl::Status ClearEntries(Session& s, PinTable& table,
+                          absl::Span<const uint32_t> entries) {
+  if (entries.empty()) return absl::OkStatus();
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(store::kPinEntryBytes + 8));
+  std::memset(staging.data(), 0, store::kPinEntryBytes);
+  std::vector<rdma::WorkRequest> wrs;
+  for (uint32_t e : entries) {
+    s.AddWrite(wrs, staging.data(), table.entry_offset(e),
+               store::kPinEntryBytes);
+  }
+  s.AddRead(wrs, staging.data() + store::kPinEntryBytes,
+            table.entry_offset(entries.back()), 8);
+  absl::Status st = s.Run(wrs);
+  for (uint32_t e : entries) table.Clear(e);
+  return st;
+}
+
+}  // namespace
+
+void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
+              absl::Span<const FoundSlot> found, absl::Duration ttl,
+              absl::Span<absl::Status> results) {
+  absl::StatusOr<std::shared_ptr<PinTable>> table = node.session().Table();
+  absl::StatusOr<Session> session =
+      table.ok() ? OpenSession(node) : absl::StatusOr<Session>(table.status());
+  if (!session.ok()) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      results[i] = found[i].word == 0 ? absl::NotFoundError("key not found")
+                                      : session.status();
+    }
+    return;
+  }
+  Session& s = *session;
+  const store::PoolLayout& layout = node.layout();
+  const uint64_t now_ms = node.session().NodeNowMs();
+  const uint64_t expiry = ExpiryMs(now_ms, ttl);
+  // Per pinned key: its entry and where its checks land in staging.
+  struct Pending {
+    size_t key;
+    uint32_t entry;
+    uint64_t object;
+    uint64_t expiry;
+  };
+  std::vector<Pending> pending;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // (An object outside the slab area is no object: never pinned.)
+    if (found[i].word == 0 ||
+        layout.slab_of(store::DecodeSlot(found[i].word).offset) >=
+            layout.slab_count) {
+      results[i] = absl::NotFoundError("key not found");
+      continue;
+    }
+    absl::StatusOr<uint32_t> entry = (*table)->Reserve(keys[i].hash, now_ms);
+    if (!entry.ok()) {
+      results[i] = entry.status();
+      continue;
+    }
+    // Pinning again never shortens this client's pin (a hard pin stays
+    // hard); a lapsed entry reads as 0 here only once reused.
+    uint64_t previous = (*table)->expiry(*entry);
+    pending.push_back({i, *entry, store::DecodeSlot(found[i].word).offset,
+                       std::max(expiry, previous)});
+  }
+  if (pending.empty()) return;
+  // Staging: entries | flush word | per key: slot word, evicting word.
+  const uint64_t entries_bytes = store::kPinEntryBytes * pending.size();
+  absl::StatusOr<absl::Span<char>> staging =
+      s.Staging(entries_bytes + 8 + 16 * pending.size());
+  auto fail = [&](const absl::Status& st) {
+    for (const Pending& p : pending) {
+      results[p.key] = st;
+      (*table)->Clear(p.entry);
+    }
+  };
+  if (!staging.ok()) return fail(staging.status());
+  char* base = staging->data();
+  std::vector<rdma::WorkRequest> wrs;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    store::PinEntry e{pending[j].object, pending[j].expiry};
+    std::memcpy(base + j * store::kPinEntryBytes, &e, sizeof(e));
+    s.AddWrite(wrs, base + j * store::kPinEntryBytes,
+               (*table)->entry_offset(pending[j].entry), store::kPinEntryBytes);
+  }
+  // On one endpoint a READ observes the WRITEs before it: the entries are
+  // in node memory before the checks below are read.
+  s.AddRead(wrs, base + entries_bytes,
+            (*table)->entry_offset(pending.back().entry), 8);
+  char* checks = base + entries_bytes + 8;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    const Pending& p = pending[j];
+    s.AddRead(wrs, checks + 16 * j, found[p.key].slot_offset, 8);
+    uint64_t slab = layout.slab_of(p.object);
+    s.AddRead(wrs, checks + 16 * j + 8, layout.slab_meta(slab), 8);
+  }
+  if (absl::Status st = s.Run(wrs); !st.ok()) return fail(st);
+  std::vector<uint32_t> undo;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    const Pending& p = pending[j];
+    uint64_t slot, evicting;
+    std::memcpy(&slot, checks + 16 * j, 8);
+    std::memcpy(&evicting, checks + 16 * j + 8, 8);
+    if (slot == found[p.key].word && evicting == 0) {
+      (*table)->Set(p.entry, {p.object, p.expiry});
+      node.counters().pins.fetch_add(1, std::memory_order_relaxed);
+      results[p.key] = absl::OkStatus();
+    } else {
+      results[p.key] =
+          evicting != 0
+              ? absl::NotFoundError("key is being evicted")
+              : absl::AbortedError("key was replaced or deleted meanwhile");
+      undo.push_back(p.entry);
+    }
+  }
+  // Best effort: a pin that did not hold pins nothing the node cares
+  // about (its slab is going, or the object is no longer reachable).
+  ClearEntries(s, **table, undo).IgnoreError();
+}
+
+void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
+                  std::vector<FoundSlot> found, absl::Duration ttl,
+                  int max_verify_retries, absl::Span<absl::Status> results) {
+  constexpr int kMaxAttempts = 4;
+  std::vector<size_t> todo(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) todo[i] = i;
+  for (int attempt = 0; attempt < kMaxAttempts && !todo.empty(); ++attempt) {
+    std::vector<KeyRef> refs;
+    for (size_t i : todo) refs.push_back(keys[i]);
+    std::vector<FoundSlot> slots;
+    std::vector<absl::Status> looked(todo.size());
+    if (attempt == 0 && !found.empty()) {
+      for (size_t i : todo) slots.push_back(found[i]);
+    } else {
+      std::vector<absl::StatusOr<bool>> present(todo.size());
+      BatchKeysExist(node, refs, max_verify_retries, absl::MakeSpan(present),
+                     &slots);
+      for (size_t j = 0; j < todo.size(); ++j) {
+        if (!present[j].ok()) looked[j] = present[j].status();
+      }
+    }
+    std::vector<absl::Status> pinned(todo.size());
+    PinFound(node, refs, slots, ttl, absl::MakeSpan(pinned));
+    std::vector<size_t> again;
+    for (size_t j = 0; j < todo.size(); ++j) {
+      absl::Status st = looked[j].ok() ? pinned[j] : looked[j];
+      if (st.code() == absl::StatusCode::kAborted) {
+        again.push_back(todo[j]);
+        st = absl::NotFoundError("key kept changing while being pinned");
+      }
+      results[todo[j]] = std::move(st);
+    }
+    todo = std::move(again);
+  }
+}
+
+void UnpinKeys(NodeConnection& node, absl::Span<const KeyRef> keys,
+               absl::Span<absl::Status> results) {
+  absl::StatusOr<std::shared_ptr<PinTable>> table = node.session().Table();
+  if (!table.ok()) {
+    for (auto& r : results) r = table.status();
+    return;
+  }
+  const uint64_t now_ms = node.session().NodeNowMs();
+  std::vector<uint32_t> entries;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::optional<uint32_t> e = (*table)->Find(keys[i].hash, now_ms);
+    if (!e.has_value()) {
+      results[i] = absl::NotFoundError("this client holds no pin on the key");
+      continue;
+    }
+    entries.push_back(*e);
+    which.push_back(i);
+  }
+  if (entries.empty()) return;
+  absl::StatusOr<Session> session = OpenSession(node);
+  absl::Status st = session.ok() ? ClearEntries(*session, **table, entries)
+                                 : session.status();
+  for (size_t i : which) results[i] = st;
+}
+
+}  // namespace meshpool::client_internal

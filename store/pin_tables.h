@@ -1,0 +1,158 @@
+// meshpool/store/pin_tables.h: client sessions and the pin tables they own
+// in the pool's pin area (store/layout.h).
+//
+// A session is a client's lease on one pin table. The client writes pin
+// entries {object offset, expiry} into its table one-sidedly; the node never
+// writes a live table, it only reads it (the evictor asks PinnedSlabs) and
+// zeroes it when the session ends: the client closes it, or stops renewing
+// it for a lease (it died or hung) and the node expires it. So every pin a
+// client holds, hard ones included, ends at most one lease after the client
+// stops renewing. Pins of a session whose lease has passed never protect
+// anything, even before ExpireStale has run.
+//
+// Sessions carry the client's own counters (KvClientStats, cumulative per
+// session); the node sums them into clients_total, closed and expired
+// sessions included.
+//
+// Free tables are reused least recently freed first, so a table a dead
+// client might still scribble on (it writes only while its own view says
+// the session lives, see the client) rests as long as possible.
+//
+// Thread-safety: PinTables is thread-safe; one mutex covers sessions and the
+// scans of their tables.
+#ifndef MESHPOOL_STORE_PIN_TABLES_H_
+#define MESHPOOL_STORE_PIN_TABLES_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/meshpool.pb.h"
+#include "store/layout.h"
+
+namespace meshpool::store {
+
+inline constexpr absl::Duration kDefaultSessionLease = absl::Seconds(10);
+// Leases travel as uint32 milliseconds (OpenSessionReply.lease_ms).
+inline constexpr int64_t kMaxSessionLeaseMs = int64_t{24} * 3600 * 1000;
+static_assert(kMaxSessionLeaseMs <= UINT32_MAX);
+
+struct PinTablesOptions {
+  PoolLayout layout;         // where the pin area is
+  uint64_t incarnation = 0;  // objects counted as pinned must name it
+  absl::Duration lease = kDefaultSessionLease;
+  std::function<absl::Time()> clock;  // null -> absl::Now
+};
+
+// What OpenSession answers.
+struct SessionGrant {
+  uint32_t session = 0;       // index of its pin table
+  uint64_t token = 0;         // nonzero, random
+  uint64_t table_offset = 0;  // pool offset of the table
+  uint32_t entries = 0;
+  absl::Duration lease;
+  uint64_t node_clock_ms = 0;  // the node's clock when opened (unix ms)
+};
+
+class PinTables {
+ public:
+  // REQUIRES: pool covers options.layout.pool_bytes, is 8-byte aligned and
+  // outlives this. Errors: InvalidArgument (null pool, a layout without pin
+  // tables or whose pin area overruns the pool, lease not in
+  // (0, kMaxSessionLeaseMs]).
+  static absl::StatusOr<std::unique_ptr<PinTables>> Create(
+      PinTablesOptions options, char* pool);
+
+  // Opens a session for `client_id` on the least recently freed table.
+  // Errors: InvalidArgument (empty client_id), ResourceExhausted (every
+  // table is taken; the message says by how many clients).
+  absl::StatusOr<SessionGrant> Open(absl::string_view client_id);
+
+  // Extends the lease by a full lease from now and replaces the session's
+  // reported counters. Returns the node clock (unix ms). NotFound when the
+  // session is unknown, closed, expired (its lease passed: it is expired
+  // now) or the token does not match.
+  absl::StatusOr<uint64_t> Renew(uint32_t session, uint64_t token,
+                                 const proto::KvClientStats& stats);
+
+  // Ends the session: zeroes its table, keeps its counters in the totals.
+  // NotFound as for Renew.
+  absl::Status Close(uint32_t session, uint64_t token,
+                     const proto::KvClientStats& stats);
+
+  // Ends every session whose lease has passed, as Close would. Returns how
+  // many ended.
+  size_t ExpireStale();
+
+  // For each of `slabs`, whether an entry of a live session (lease not
+  // passed) points into it and holds: a hard pin, or expiry > now (ms).
+  std::vector<bool> PinnedSlabs(absl::Span<const uint64_t> slabs) const;
+
+  // Fills pinned_objects/pinned_bytes (distinct objects that live pins
+  // name and whose header verifies; entries pointing at anything else are
+  // skipped), clients_total and sessions.
+  void FillStats(proto::NodeStats* stats) const;
+
+  size_t open_sessions() const;
+  // Earliest lease end of an open session (InfiniteFuture: none open).
+  absl::Time next_expiry() const;
+  absl::Duration lease() const { return options_.lease; }
+  uint64_t NowMs() const;
+
+ private:
+  struct Session {
+    bool open = false;
+    uint64_t token = 0;
+    std::string client_id;
+    absl::Time lease_end;
+    proto::KvClientStats stats;
+  };
+  // A live entry's object: its pool offset and size.
+  struct PinnedObject {
+    uint64_t offset;
+    uint64_t bytes;
+  };
+
+  PinTables(PinTablesOptions options, char* pool);
+  absl::Time Now() const { return options_.clock(); }
+  // The session named by (session, token) if open and within its lease;
+  // one whose lease passed is ended first. NotFound otherwise.
+  absl::StatusOr<Session*> FindLocked(uint32_t session, uint64_t token,
+                                      absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(uint32_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LiveLocked(const Session& s, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls fn(object_offset) for every live entry of table `session`.
+  template <typename Fn>
+  void ForEachLivePin(uint32_t session, uint64_t now_ms, Fn fn) const;
+  // The size of the object at `offset` if a verified header is there.
+  bool ObjectAt(uint64_t offset, uint64_t* bytes) const;
+
+  const PinTablesOptions options_;
+  char* const pool_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint32_t> free_
+      ABSL_GUARDED_BY(mu_);  // least recently freed first
+  proto::KvClientStats ended_ ABSL_GUARDED_BY(mu_);  // closed and expired
+  absl::BitGen rng_ ABSL_GUARDED_BY(mu_);
+};
+
+// a += b, field by field.
+void AddClientStats(const proto::KvClientStats& b, proto::KvClientStats* a);
+
+}  // namespace meshpool::store
+
+#endif  // MESHPOOL_STORE_PIN_TABLES_H_

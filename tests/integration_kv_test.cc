@@ -1,0 +1,198 @@
+// The KV cache over real `meshpool` processes (tcp here; verbs in the
+// Soft-RoCE VM, where the nodes clear index slots through their own
+// loopback queue pair): zero-copy batches, a fill to three times the pool,
+// pins that hold under pressure, and the pins of a killed client lapsing.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "meshpool/client.h"
+#include "tests/integration_util.h"
+#include "tests/shell_util.h"
+
+namespace meshpool {
+namespace {
+
+constexpr uint64_t kCapacity = 32 << 20;
+constexpr size_t kBlock = 256 << 10;
+
+std::vector<absl::string_view> Views(const std::vector<std::string>& v) {
+  return {v.begin(), v.end()};
+}
+
+class KvIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tools::LocalClusterOptions options;
+    options.nodes = 2;
+    options.capacity_bytes = kCapacity;
+    options.node_args = {"--slab-size",  "1MiB", "--read-lease",    "300ms",
+                         "--slab-lease", "3s",   "--session-lease", "1s"};
+    cluster_ = testing::StartCluster(options);
+    ASSERT_NE(cluster_, nullptr);
+    client_ = testing::ConnectClient(cluster_->coordinator_address());
+    ASSERT_NE(client_, nullptr);
+  }
+
+  // Stores `keys` in batches of 32 from registered memory; all must be OK.
+  void PutAll(const std::vector<std::string>& keys) { PutAll(*client_, keys); }
+  void PutAll(Client& client, const std::vector<std::string>& keys) {
+    std::vector<char> arena(32 * kBlock);
+    auto reg = client.RegisterBuffer(arena.data(), arena.size());
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    for (size_t i = 0; i < keys.size(); i += 32) {
+      std::vector<std::string> k(keys.begin() + i,
+                                 keys.begin() + std::min(keys.size(), i + 32));
+      std::vector<absl::string_view> v;
+      for (size_t j = 0; j < k.size(); ++j) {
+        std::string block = testing::MakeValue(k[j], 1, kBlock);
+        std::memcpy(arena.data() + j * kBlock, block.data(), kBlock);
+        v.emplace_back(arena.data() + j * kBlock, kBlock);
+      }
+      std::vector<absl::Status> st = client.BatchPut(Views(k), v);
+      for (size_t j = 0; j < st.size(); ++j) {
+        ASSERT_TRUE(st[j].ok()) << k[j] << ": " << st[j];
+      }
+    }
+  }
+
+  // Reads `keys` into registered memory: each is its exact block or
+  // NotFound. Returns how many were found.
+  size_t GetAll(const std::vector<std::string>& keys) {
+    std::vector<char> arena(32 * kBlock);
+    auto reg = client_->RegisterBuffer(arena.data(), arena.size());
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    size_t found = 0;
+    for (size_t i = 0; i < keys.size(); i += 32) {
+      std::vector<std::string> k(keys.begin() + i,
+                                 keys.begin() + std::min(keys.size(), i + 32));
+      std::vector<absl::Span<char>> outs;
+      for (size_t j = 0; j < k.size(); ++j) {
+        outs.emplace_back(arena.data() + j * kBlock, kBlock);
+      }
+      auto got = client_->BatchGet(Views(k), outs);
+      for (size_t j = 0; j < k.size(); ++j) {
+        if (!got[j].ok()) {
+          EXPECT_EQ(got[j].status().code(), absl::StatusCode::kNotFound)
+              << k[j] << ": " << got[j].status();
+          continue;
+        }
+        ++found;
+        EXPECT_EQ(absl::string_view(outs[j].data(), kBlock),
+                  testing::MakeValue(k[j], 1, kBlock))
+            << k[j];
+      }
+    }
+    return found;
+  }
+
+  std::vector<std::string> Keys(absl::string_view tag, size_t n) {
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back(absl::StrCat(tag, "-", i));
+    return keys;
+  }
+
+  testing::ShellResult Meshpool(const std::string& args) {
+    return testing::Shell(absl::StrCat(MESHPOOL_BINARY, " ", args,
+                                       " --coordinator ",
+                                       cluster_->coordinator_address()));
+  }
+
+  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(KvIntegrationTest, FillToThreeTimesThePoolOnlyMisses) {
+  std::vector<std::string> keys = Keys("fill", 3 * 2 * kCapacity / kBlock);
+  PutAll(keys);
+  size_t found = GetAll(keys);
+  EXPECT_GT(found, 0u);
+  EXPECT_LT(found, keys.size() / 2);
+  ASSERT_TRUE(testing::WaitForStatus(*client_, [](const ClusterStatus& s) {
+    uint64_t evicted = 0;
+    for (const NodeStatus& n : s.nodes) {
+      if (n.used_bytes > n.capacity_bytes) return false;
+      evicted += n.slabs_evicted;
+    }
+    return evicted > 0;
+  }));
+  // The prefix of the chain is gone, its tail is there.
+  std::vector<absl::string_view> all = Views(keys);
+  EXPECT_EQ(*client_->PrefixMatch(all), 0u);
+  EXPECT_GT(*client_->PrefixMatch(absl::MakeSpan(all).last(4)), 0u);
+}
+
+TEST_F(KvIntegrationTest, PinsOfAKilledClientLapseAndLiveOnesHold) {
+  std::vector<std::string> orphaned = Keys("orphan", 4);
+  std::vector<std::string> kept = Keys("kept", 4);
+  {
+    // Another client writes `orphaned` into slabs of its own (and releases
+    // them when it goes), so no pin on `kept` keeps them.
+    auto writer = testing::ConnectClient(cluster_->coordinator_address());
+    ASSERT_NE(writer, nullptr);
+    PutAll(*writer, orphaned);
+  }
+  PutAll(kept);
+  ASSERT_EQ(client_->Pin(Views(kept), kHardPin)[0], absl::OkStatus());
+  // Another process hard-pins `orphaned`, holds them, and is killed.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    std::vector<std::string> args = {
+        MESHPOOL_BINARY, "pin",           "--hard",
+        "--hold",        "--coordinator", cluster_->coordinator_address()};
+    for (const auto& k : orphaned) args.push_back(k);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(MESHPOOL_BINARY, argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char line[256] = {0};
+  FILE* in = ::fdopen(fds[0], "r");
+  ASSERT_NE(std::fgets(line, sizeof(line), in), nullptr);
+  EXPECT_TRUE(absl::StrContains(line, "pinned 4 of 4")) << line;
+  ASSERT_TRUE(testing::WaitForStatus(*client_, [](const ClusterStatus& s) {
+    uint64_t pinned = 0;
+    for (const NodeStatus& n : s.nodes) pinned += n.pinned_objects;
+    return pinned >= 8;
+  })) << "the nodes never counted both clients' pins";
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::fclose(in);
+  // One session lease (1 s) later the dead client's pins are gone.
+  ASSERT_TRUE(testing::WaitForStatus(*client_, [](const ClusterStatus& s) {
+    uint64_t pinned = 0;
+    for (const NodeStatus& n : s.nodes) pinned += n.pinned_objects;
+    return pinned == 4;
+  })) << "the killed client's pins never lapsed";
+  PutAll(Keys("pressure", 3 * 2 * kCapacity / kBlock));
+  EXPECT_EQ(GetAll(kept), kept.size());
+  EXPECT_EQ(GetAll(orphaned), 0u);
+  testing::ShellResult stat = Meshpool("stat");
+  EXPECT_EQ(stat.exit_code, 0) << stat.output;
+  EXPECT_TRUE(absl::StrContains(stat.output, "PINNED")) << stat.output;
+}
+
+TEST_F(KvIntegrationTest, PrefixCommandCountsLeadingKeys) {
+  PutAll(Keys("chain", 3));
+  testing::ShellResult r =
+      Meshpool("prefix chain-0 chain-1 chain-2 chain-9 chain-3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "3\n");
+}
+
+}  // namespace
+}  // namespace meshpool

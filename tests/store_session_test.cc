@@ -1,0 +1,298 @@
+// store/pin_tables: client sessions, their pin tables, and what the node
+// reads from them, on a pool in ordinary memory with a fake clock.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "store/layout.h"
+#include "store/pin_tables.h"
+
+namespace meshpool::store {
+namespace {
+
+constexpr uint64_t kSlabs = 4;
+constexpr uint32_t kSessions = 3;
+constexpr uint32_t kPins = 16;
+constexpr uint64_t kIncarnation = 5;
+constexpr absl::Duration kLease = absl::Seconds(10);
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<PoolLayout> layout =
+        ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, 16, kSessions, kPins);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = *layout;
+    memory_.assign(layout_.pool_bytes / 8, 0);
+    PinTablesOptions options;
+    options.layout = layout_;
+    options.incarnation = kIncarnation;
+    options.lease = kLease;
+    options.clock = [this] { return now_; };
+    absl::StatusOr<std::unique_ptr<PinTables>> pins =
+        PinTables::Create(options, pool());
+    ASSERT_TRUE(pins.ok()) << pins.status();
+    pins_ = *std::move(pins);
+  }
+
+  char* pool() { return reinterpret_cast<char*>(memory_.data()); }
+  uint64_t NowMs() const { return absl::ToUnixMillis(now_); }
+
+  void WritePin(const SessionGrant& s, uint64_t entry, uint64_t offset,
+                uint64_t expiry_ms) {
+    PinEntry pin{offset, expiry_ms};
+    std::memcpy(pool() + s.table_offset + entry * kPinEntryBytes, &pin,
+                sizeof(pin));
+  }
+  bool TableIsZero(const SessionGrant& s) const {
+    for (uint64_t w = 0; w < kPins * kPinEntryBytes / 8; ++w) {
+      if (memory_[s.table_offset / 8 + w] != 0) return false;
+    }
+    return true;
+  }
+  // Writes an object (as a client's PUT would) at `offset`; returns its size.
+  uint64_t PutObject(uint64_t offset, const std::string& key,
+                     size_t value_bytes) {
+    const uint64_t bytes = ObjectBytes(key.size(), value_bytes);
+    EncodeObject(absl::MakeSpan(pool() + offset, bytes), key,
+                 std::string(value_bytes, 'v'), kIncarnation, 1);
+    return bytes;
+  }
+  SessionGrant Open(const std::string& client) {
+    absl::StatusOr<SessionGrant> s = pins_->Open(client);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : SessionGrant{};
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  PoolLayout layout_;
+  std::vector<uint64_t> memory_;
+  std::unique_ptr<PinTables> pins_;
+};
+
+proto::KvClientStats Stats(uint64_t hits, uint64_t puts) {
+  proto::KvClientStats s;
+  s.set_hits(hits);
+  s.set_misses(1);
+  s.set_puts(puts);
+  s.set_bytes_in(10 * puts);
+  s.set_bytes_out(10 * hits);
+  s.set_pins(2);
+  return s;
+}
+
+TEST_F(SessionTest, OpenAnswersItsTableTokenLeaseAndClock) {
+  SessionGrant s = Open("client-a");
+  EXPECT_LT(s.session, kSessions);
+  EXPECT_NE(s.token, 0u);
+  EXPECT_EQ(s.table_offset, layout_.pin_table(s.session));
+  EXPECT_EQ(s.entries, kPins);
+  EXPECT_EQ(s.lease, kLease);
+  EXPECT_EQ(s.node_clock_ms, NowMs());
+  SessionGrant t = Open("client-b");
+  EXPECT_NE(t.session, s.session);
+  EXPECT_NE(t.token, s.token);
+  EXPECT_EQ(pins_->open_sessions(), 2u);
+  EXPECT_EQ(pins_->next_expiry(), now_ + kLease);
+}
+
+TEST_F(SessionTest, EmptyClientIdIsInvalidArgument) {
+  EXPECT_EQ(pins_->Open("").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionTest, RenewExtendsTheLeaseAndCloseEndsTheSession) {
+  SessionGrant s = Open("c");
+  now_ += kLease * 3 / 4;
+  absl::StatusOr<uint64_t> clock =
+      pins_->Renew(s.session, s.token, Stats(1, 1));
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  EXPECT_EQ(*clock, NowMs());
+  now_ += kLease * 3 / 4;  // 1.5 leases after open, 0.75 after renewal
+  EXPECT_EQ(pins_->ExpireStale(), 0u);
+  ASSERT_TRUE(pins_->Renew(s.session, s.token, Stats(2, 2)).ok());
+  ASSERT_TRUE(pins_->Close(s.session, s.token, Stats(3, 3)).ok());
+  EXPECT_EQ(pins_->open_sessions(), 0u);
+  EXPECT_EQ(pins_->Renew(s.session, s.token, Stats(3, 3)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(pins_->Close(s.session, s.token, Stats(3, 3)).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SessionTest, WrongTokenOrUnknownSessionIsNotFound) {
+  SessionGrant s = Open("c");
+  absl::Status renew =
+      pins_->Renew(s.session, s.token + 1, Stats(0, 0)).status();
+  EXPECT_EQ(renew.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(renew.message().find("open a new session"), std::string::npos);
+  EXPECT_EQ(pins_->Close(s.session, s.token ^ 1, Stats(0, 0)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(pins_->Renew(kSessions, s.token, Stats(0, 0)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(pins_->Renew(UINT32_MAX, 0, Stats(0, 0)).status().code(),
+            absl::StatusCode::kNotFound);
+  // The session itself is untouched by the bad calls.
+  EXPECT_TRUE(pins_->Renew(s.session, s.token, Stats(0, 0)).ok());
+}
+
+TEST_F(SessionTest,
+       AllTablesTakenIsResourceExhaustedAndFreedTablesReturnLruFirst) {
+  std::vector<SessionGrant> open;
+  for (uint32_t i = 0; i < kSessions; ++i) open.push_back(Open("c"));
+  absl::Status full = pins_->Open("one too many").status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("pin tables"), std::string::npos);
+  ASSERT_TRUE(pins_->Close(open[2].session, open[2].token, {}).ok());
+  ASSERT_TRUE(pins_->Close(open[0].session, open[0].token, {}).ok());
+  // The table freed first comes back first.
+  EXPECT_EQ(Open("d").session, open[2].session);
+  EXPECT_EQ(Open("e").session, open[0].session);
+}
+
+TEST_F(SessionTest, CloseZeroesTheTable) {
+  SessionGrant s = Open("c");
+  WritePin(s, 0, layout_.slab_offset(1), kPinForever);
+  WritePin(s, kPins - 1, layout_.slab_offset(2), NowMs() + 1000);
+  ASSERT_FALSE(TableIsZero(s));
+  ASSERT_TRUE(pins_->Close(s.session, s.token, {}).ok());
+  EXPECT_TRUE(TableIsZero(s));
+}
+
+TEST_F(SessionTest, ExpiredSessionStopsProtectingAndItsTableIsZeroed) {
+  SessionGrant s = Open("dies");
+  SessionGrant other = Open("lives");
+  WritePin(s, 3, layout_.slab_offset(1) + 64, kPinForever);
+  WritePin(other, 0, layout_.slab_offset(2), kPinForever);
+  const std::vector<uint64_t> slabs = {1, 2};
+  EXPECT_EQ(pins_->PinnedSlabs(slabs), (std::vector<bool>{true, true}));
+  now_ += kLease / 2;
+  ASSERT_TRUE(pins_->Renew(other.session, other.token, {}).ok());
+  now_ += kLease / 2;  // `dies` never renewed: its lease just passed
+  // Its pins no longer count, even before the node expires it.
+  EXPECT_EQ(pins_->PinnedSlabs(slabs), (std::vector<bool>{false, true}));
+  EXPECT_FALSE(TableIsZero(s));
+  EXPECT_EQ(pins_->ExpireStale(), 1u);
+  EXPECT_TRUE(TableIsZero(s));
+  EXPECT_FALSE(TableIsZero(other));
+  EXPECT_EQ(pins_->Renew(s.session, s.token, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(pins_->open_sessions(), 1u);
+}
+
+TEST_F(SessionTest, RenewAfterTheLeasePassedIsNotFoundAndEndsTheSession) {
+  SessionGrant s = Open("late");
+  WritePin(s, 0, layout_.slab_offset(0), kPinForever);
+  now_ += kLease;
+  absl::Status late = pins_->Renew(s.session, s.token, {}).status();
+  EXPECT_EQ(late.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(late.message().find("expired"), std::string::npos);
+  EXPECT_TRUE(TableIsZero(s));
+  EXPECT_EQ(pins_->open_sessions(), 0u);
+}
+
+TEST_F(SessionTest, PinnedSlabsCountsHardAndUnexpiredPinsOnly) {
+  SessionGrant s = Open("c");
+  WritePin(s, 0, layout_.slab_offset(0) + 128, kPinForever);
+  WritePin(s, 1, layout_.slab_offset(1), NowMs() + 1);
+  WritePin(s, 2, layout_.slab_offset(2), NowMs());      // lapsed
+  WritePin(s, 3, layout_.slab_offset(3), NowMs() - 5);  // lapsed
+  WritePin(s, 4, 0, kPinForever);                       // unused entry
+  WritePin(s, 5, layout_.index_offset, kPinForever);    // not in a slab
+  EXPECT_EQ(pins_->PinnedSlabs({0, 1, 2, 3}),
+            (std::vector<bool>{true, true, false, false}));
+  now_ += absl::Milliseconds(1);  // the TTL pin lapses too
+  EXPECT_EQ(pins_->PinnedSlabs({3, 1, 0}),
+            (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(pins_->PinnedSlabs({}), std::vector<bool>{});
+}
+
+TEST_F(SessionTest, StatsCountDistinctPinnedObjectsAndSkipGarbage) {
+  SessionGrant a = Open("a");
+  SessionGrant b = Open("b");
+  const uint64_t o1 = layout_.slab_offset(0);
+  const uint64_t o2 = layout_.slab_offset(1) + 256;
+  const uint64_t bytes1 = PutObject(o1, "first", 300);
+  const uint64_t bytes2 = PutObject(o2, "second", 1000);
+  WritePin(a, 0, o1, kPinForever);
+  WritePin(a, 1, o1, NowMs() + 100);  // the same object twice
+  WritePin(a, 2, o2, NowMs() + 100);
+  WritePin(b, 0, o2, kPinForever);  // and by another session
+  WritePin(b, 1, layout_.slab_offset(2), kPinForever);  // zeros: no object
+  WritePin(b, 2, o1 + 64, kPinForever);                 // inside an object
+  WritePin(b, 3, o2, NowMs() - 1);                      // lapsed
+  // A torn header: its checksum no longer matches.
+  const uint64_t o3 = layout_.slab_offset(3);
+  PutObject(o3, "torn", 10);
+  memory_[o3 / 8 + 2] ^= 1;
+  WritePin(b, 4, o3, kPinForever);
+  proto::NodeStats stats;
+  pins_->FillStats(&stats);
+  EXPECT_EQ(stats.pinned_objects(), 2u);
+  EXPECT_EQ(stats.pinned_bytes(), bytes1 + bytes2);
+  ASSERT_EQ(stats.sessions_size(), 2);
+  for (const proto::SessionStats& s : stats.sessions()) {
+    if (s.client_id() == "a") {
+      EXPECT_EQ(s.session(), a.session);
+      EXPECT_EQ(s.pinned_objects(), 2u);
+      EXPECT_EQ(s.pinned_bytes(), bytes1 + bytes2);
+    } else {
+      EXPECT_EQ(s.client_id(), "b");
+      EXPECT_EQ(s.pinned_objects(), 1u);
+      EXPECT_EQ(s.pinned_bytes(), bytes2);
+    }
+  }
+}
+
+TEST_F(SessionTest, ClientTotalsIncludeClosedAndExpiredSessions) {
+  SessionGrant a = Open("a");
+  SessionGrant b = Open("b");
+  SessionGrant c = Open("c");
+  ASSERT_TRUE(pins_->Renew(a.session, a.token, Stats(5, 1)).ok());
+  ASSERT_TRUE(pins_->Renew(a.session, a.token, Stats(7, 2)).ok());  // replaces
+  ASSERT_TRUE(pins_->Renew(b.session, b.token, Stats(10, 0)).ok());
+  ASSERT_TRUE(pins_->Close(b.session, b.token, Stats(11, 4)).ok());
+  ASSERT_TRUE(pins_->Renew(c.session, c.token, Stats(100, 0)).ok());
+  now_ += kLease / 2;
+  ASSERT_TRUE(pins_->Renew(a.session, a.token, Stats(7, 2)).ok());
+  now_ += kLease / 2;
+  ASSERT_EQ(pins_->ExpireStale(), 1u);  // c
+  proto::NodeStats stats;
+  pins_->FillStats(&stats);
+  EXPECT_EQ(stats.clients_total().hits(), 7u + 11u + 100u);
+  EXPECT_EQ(stats.clients_total().puts(), 2u + 4u);
+  EXPECT_EQ(stats.clients_total().misses(), 3u);
+  EXPECT_EQ(stats.clients_total().bytes_in(), 60u);
+  EXPECT_EQ(stats.clients_total().bytes_out(), 1180u);
+  EXPECT_EQ(stats.clients_total().pins(), 6u);
+  ASSERT_EQ(stats.sessions_size(), 1);
+  EXPECT_EQ(stats.sessions(0).client_id(), "a");
+  EXPECT_EQ(stats.sessions(0).stats().hits(), 7u);
+}
+
+TEST(PinTablesCreate, RejectsLayoutsWithoutPinAreaAndBadLeases) {
+  std::vector<uint64_t> memory(1 << 20);
+  absl::StatusOr<PoolLayout> layout = ComputeLayout(8 << 20);
+  ASSERT_TRUE(layout.ok());
+  PinTablesOptions options;
+  options.layout = *layout;
+  options.layout.pin_sessions = 0;
+  char* pool = reinterpret_cast<char*>(memory.data());
+  EXPECT_EQ(PinTables::Create(options, pool).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.layout = *layout;
+  options.lease = absl::ZeroDuration();
+  EXPECT_EQ(PinTables::Create(options, pool).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.lease = absl::Hours(25);
+  EXPECT_EQ(PinTables::Create(options, pool).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.lease = absl::Seconds(1);
+  EXPECT_EQ(PinTables::Create(options, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshpool::store

@@ -1,0 +1,146 @@
+// `meshpool stat`: the cluster map with each node's memory, objects and
+// KV-cache counters (hits, misses, evictions, bytes in and out, pinned
+// bytes), and per client, what it reported to the nodes.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "common/json.h"
+#include "meshpool/client.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace meshpool::tools {
+namespace {
+
+void Add(KvStats& into, const KvStats& s) {
+  into.hits += s.hits;
+  into.misses += s.misses;
+  into.puts += s.puts;
+  into.bytes_in += s.bytes_in;
+  into.bytes_out += s.bytes_out;
+  into.pins += s.pins;
+}
+
+std::string KvJson(const KvStats& s) {
+  return absl::StrCat("{\"hits\":", s.hits, ",\"misses\":", s.misses,
+                      ",\"puts\":", s.puts, ",\"bytes_in\":", s.bytes_in,
+                      ",\"bytes_out\":", s.bytes_out, ",\"pins\":", s.pins,
+                      "}");
+}
+
+std::string NodeJson(const NodeStatus& n) {
+  std::string sessions;
+  for (const SessionStatus& s : n.sessions) {
+    absl::StrAppend(&sessions, sessions.empty() ? "" : ",",
+                    "{\"client\":", JsonQuote(s.client_id),
+                    ",\"kv\":", KvJson(s.stats),
+                    ",\"pinned_objects\":", s.pinned_objects,
+                    ",\"pinned_bytes\":", s.pinned_bytes, "}");
+  }
+  return absl::StrCat(
+      "{\"id\":", JsonQuote(n.node_id),
+      ",\"alive\":", n.alive ? "true" : "false",
+      ",\"address\":", JsonQuote(n.transport_address),
+      ",\"capacity_bytes\":", n.capacity_bytes,
+      ",\"used_bytes\":", n.used_bytes, ",\"objects\":", n.objects,
+      ",\"slabs_total\":", n.slabs_total, ",\"slabs_free\":", n.slabs_free,
+      ",\"slabs_region\":", n.slabs_region,
+      ",\"slabs_evicted\":", n.slabs_evicted,
+      ",\"objects_evicted\":", n.objects_evicted,
+      ",\"pinned_objects\":", n.pinned_objects,
+      ",\"pinned_bytes\":", n.pinned_bytes, ",\"kv\":", KvJson(n.clients),
+      ",\"sessions\":[", sessions, "],\"error\":", JsonQuote(n.error), "}");
+}
+
+void PrintTable(const ClusterStatus& status) {
+  std::printf("cluster map epoch %llu\n",
+              static_cast<unsigned long long>(status.epoch));
+  std::printf("%-12s %-6s %-24s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "NODE",
+              "STATE", "ADDRESS", "CAPACITY", "USED", "OBJECTS", "HITS",
+              "MISSES", "EVICTED", "IN", "OUT", "PINNED");
+  NodeStatus total;
+  std::map<std::string, SessionStatus> clients;
+  for (const NodeStatus& n : status.nodes) {
+    std::printf(
+        "%-12s %-6s %-24s %9s %9s %9llu %9llu %9llu %9llu %9s %9s %9s%s%s\n",
+        n.node_id.c_str(), n.alive ? "alive" : "dead",
+        n.transport_address.c_str(), FormatSize(n.capacity_bytes).c_str(),
+        FormatSize(n.used_bytes).c_str(),
+        static_cast<unsigned long long>(n.objects),
+        static_cast<unsigned long long>(n.clients.hits),
+        static_cast<unsigned long long>(n.clients.misses),
+        static_cast<unsigned long long>(n.objects_evicted),
+        FormatSize(n.clients.bytes_in).c_str(),
+        FormatSize(n.clients.bytes_out).c_str(),
+        FormatSize(n.pinned_bytes).c_str(), n.error.empty() ? "" : "  ! ",
+        n.error.c_str());
+    if (!n.alive) continue;
+    total.capacity_bytes += n.capacity_bytes;
+    total.used_bytes += n.used_bytes;
+    total.objects += n.objects;
+    total.objects_evicted += n.objects_evicted;
+    total.pinned_bytes += n.pinned_bytes;
+    Add(total.clients, n.clients);
+    for (const SessionStatus& s : n.sessions) {
+      SessionStatus& c = clients[s.client_id];
+      Add(c.stats, s.stats);
+      c.pinned_bytes += s.pinned_bytes;
+      c.pinned_objects += s.pinned_objects;
+    }
+  }
+  std::printf("%-12s %-6s %-24s %9s %9s %9llu %9llu %9llu %9llu %9s %9s %9s\n",
+              "total", "", "", FormatSize(total.capacity_bytes).c_str(),
+              FormatSize(total.used_bytes).c_str(),
+              static_cast<unsigned long long>(total.objects),
+              static_cast<unsigned long long>(total.clients.hits),
+              static_cast<unsigned long long>(total.clients.misses),
+              static_cast<unsigned long long>(total.objects_evicted),
+              FormatSize(total.clients.bytes_in).c_str(),
+              FormatSize(total.clients.bytes_out).c_str(),
+              FormatSize(total.pinned_bytes).c_str());
+  if (clients.empty()) return;
+  std::printf("\n%-28s %9s %9s %9s %9s %9s %9s\n", "CLIENT", "HITS", "MISSES",
+              "PUTS", "IN", "OUT", "PINNED");
+  for (const auto& [id, c] : clients) {
+    std::printf("%-28s %9llu %9llu %9llu %9s %9s %9s\n", id.c_str(),
+                static_cast<unsigned long long>(c.stats.hits),
+                static_cast<unsigned long long>(c.stats.misses),
+                static_cast<unsigned long long>(c.stats.puts),
+                FormatSize(c.stats.bytes_in).c_str(),
+                FormatSize(c.stats.bytes_out).c_str(),
+                FormatSize(c.pinned_bytes).c_str());
+  }
+}
+
+}  // namespace
+
+int RunStat(int argc, char** argv) {
+  Flags flags("meshpool stat [--json]",
+              "Shows the cluster map: nodes, capacity, used bytes, objects, "
+              "and KV-cache counters per node and per client (hits, misses, "
+              "evictions, bytes in/out, pinned bytes). Client counters are "
+              "what clients reported with their last session renewal.");
+  DefineClientFlags(flags);
+  flags.DefineBool("json", "print JSON");
+  int rc = 0;
+  auto client = OpenClient(flags, argc, argv, "stat", 0, 0, &rc);
+  if (!client) return rc;
+  auto status = client->Status();
+  if (!status.ok()) return Fail("stat", status.status());
+  if (!flags.GetBool("json")) {
+    PrintTable(*status);
+    return 0;
+  }
+  std::string out = absl::StrCat("{\"epoch\":", status->epoch, ",\"nodes\":[");
+  for (size_t i = 0; i < status->nodes.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", NodeJson(status->nodes[i]));
+  }
+  absl::StrAppend(&out, "]}\n");
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace meshpool::tools
