@@ -179,6 +179,8 @@ class NodeImpl {
   absl::Status Serve(const PoolLayout& layout);  // region, listen, gRPC
   // The evictor, with its endpoint to this node's own transport.
   absl::Status StartEvictor(absl::string_view transport_address);
+  // Serves the (shared) pool over shared memory; returns its address.
+  absl::StatusOr<std::string> ServeShm(absl::string_view transport_address);
   absl::Status Register();
   void HeartbeatLoop();
   void ReclaimLoop();
@@ -196,6 +198,10 @@ class NodeImpl {
   Pool pool_;
   std::unique_ptr<rdma::Transport> transport_;
   std::unique_ptr<rdma::MemoryRegion> region_;
+  // Same-host clients' view of the pool (when shared); torn down before
+  // the main transport.
+  std::unique_ptr<rdma::Transport> shm_transport_;
+  std::unique_ptr<rdma::MemoryRegion> shm_region_;
   std::unique_ptr<SlabManager> slabs_;
   std::unique_ptr<PinTables> pins_;
   // Holds an endpoint and a registration on transport_: goes before it.
@@ -233,11 +239,14 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   // Faulted in now, so region creation and first writes (TCP and sim serve
   // them on the data path) never pay page faults. Verbs registration would
   // fault the pages in anyway; it then finds them present.
+  const bool shared = options.shm && (transport->name() == "tcp" ||
+                                      transport->name() == "verbs");
   MESHPOOL_ASSIGN_OR_RETURN(
       Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages,
-                              /*populate=*/true));
+                              /*populate=*/true, shared));
   Log(absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
-                   PageKindName(pool.page_kind()), ", faulted in"));
+                   PageKindName(pool.page_kind()),
+                   shared ? ", shared (memfd)" : "", ", faulted in"));
   std::unique_ptr<NodeImpl> node(
       new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
   WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);
@@ -274,6 +283,10 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
   MESHPOOL_ASSIGN_OR_RETURN(std::string transport_address,
                             transport_->Listen(options_.transport_bind));
   MESHPOOL_RETURN_IF_ERROR(StartEvictor(transport_address));
+  std::string shm_address;
+  if (pool_.shared()) {
+    MESHPOOL_ASSIGN_OR_RETURN(shm_address, ServeShm(transport_address));
+  }
   NodeServiceDeps deps;
   deps.slabs = slabs_.get();
   deps.sessions = pins_.get();
@@ -295,6 +308,8 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
       std::string data, Advertised(transport_address, options_.advertise_host));
   info_.set_control_address(control);
   info_.add_transport_addresses(data);
+  // Second, so transport_addresses(0) stays the one every client can use.
+  if (!shm_address.empty()) info_.add_transport_addresses(shm_address);
   rdma::RemoteRegion remote = region_->remote();
   info_.mutable_pool()->set_addr(remote.addr);
   info_.mutable_pool()->set_rkey(remote.rkey);
@@ -304,6 +319,24 @@ absl::Status NodeImpl::Serve(const PoolLayout& layout) {
   info_.set_max_read_lease_ms(static_cast<uint32_t>(
       absl::ToInt64Milliseconds(options_.max_read_lease)));
   return absl::OkStatus();
+}
+
+// The pool over shared memory for clients on this host: the same region
+// (rkey) as on the main transport, and on verbs the address clients send
+// their atomics to (the device's atomics are not atomic with the CPU's).
+absl::StatusOr<std::string> NodeImpl::ServeShm(
+    absl::string_view transport_address) {
+  rdma::ShmOptions shm;
+  shm.exports.push_back(
+      {pool_.data(), pool_.size(), pool_.fd(), 0, region_->remote().rkey});
+  if (transport_->name() == "verbs") {
+    shm.atomics_address = std::string(transport_address);
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(shm_transport_,
+                            rdma::CreateShmTransport(std::move(shm)));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      shm_region_, shm_transport_->RegisterMemory(pool_.data(), pool_.size()));
+  return shm_transport_->Listen(options_.shm_socket);
 }
 
 absl::Status NodeImpl::StartEvictor(absl::string_view transport_address) {
@@ -411,6 +444,7 @@ void NodeImpl::HeartbeatLoop() {
       // registration so every one-sided access is refused from now on.
       Log("the coordinator declared this node dead; its memory may be "
           "stale, so it stops serving (restart it to rejoin empty)");
+      shm_region_.reset();
       region_.reset();
       if (options_.on_declared_dead) options_.on_declared_dead();
       return;
@@ -501,8 +535,10 @@ void NodeImpl::Shutdown() {
   if (heartbeat_.joinable()) heartbeat_.join();
   if (reclaimer_.joinable()) reclaimer_.join();
   if (evictor_ != nullptr) evictor_->Shutdown();  // its endpoint, before...
-  region_.reset();     // before the transport that registered it
-  transport_.reset();  // ends one-sided access; the pool outlives it
+  shm_region_.reset();
+  shm_transport_.reset();  // same-host clients see it closed
+  region_.reset();         // before the transport that registered it
+  transport_.reset();      // ends one-sided access; the pool outlives it
   done_.Notify();
 }
 

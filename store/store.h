@@ -75,6 +75,14 @@ struct NodeOptions {
   // Pin tables and entries per table; 0 -> ComputeLayout's defaults.
   uint32_t pin_sessions = 0;
   uint32_t pins_per_session = 0;
+  // Same-host clients: with a tcp or verbs transport, the pool is a memfd
+  // (store/pool.h) served over shared memory too, on a unix socket at
+  // shm_socket ("": /tmp/meshpool-<pid>-<n>.sock), advertised as the
+  // node's second transport address. Clients on this host then read and
+  // write it with plain memory copies (rdma.h, "Shared-memory backend");
+  // atomics still go through the node's transport on verbs.
+  bool shm = true;
+  std::string shm_socket;
   // How long Start waits for the coordinator to answer.
   absl::Duration coordinator_timeout = absl::Seconds(3);
   bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB

@@ -13,6 +13,16 @@ meshpool_test(integration_test
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="tcp")
 add_dependencies(integration_test meshpool)
+# The same tests with the nodes also serving shared memory, so this host's
+# clients (the tests and the CLI) move data with memcpy over a memfd.
+meshpool_test(integration_shm_test
+  SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
+  LABELS integration
+  PREFIX shm.
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+          MESHPOOL_TEST_TRANSPORT="shm")
+add_dependencies(integration_shm_test meshpool)
 meshpool_test(integration_verbs_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
   LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement

@@ -15,8 +15,11 @@
 
 namespace meshpool::testing {
 
-// The data transport the cluster's nodes serve: "tcp", or "verbs" in the
-// integration_verbs_test build, whose every test needs an RDMA device.
+// The data transport the tests exercise: "tcp"; "shm" (tcp nodes that also
+// serve same-host clients over shared memory, which this process then
+// uses); or "verbs" in the integration_verbs_test build, whose every test
+// needs an RDMA device. Only the shm build lets nodes serve shm: clients on
+// the same host would otherwise take it over tcp and verbs.
 inline constexpr absl::string_view kTestTransport = MESHPOOL_TEST_TRANSPORT;
 inline const bool kVerbsEnvironmentAdded =
     kTestTransport == "verbs" &&
@@ -25,8 +28,13 @@ inline const bool kVerbsEnvironmentAdded =
 inline std::unique_ptr<tools::LocalCluster> StartCluster(
     tools::LocalClusterOptions options) {
   options.binary = MESHPOOL_BINARY;
-  options.node_args.insert(options.node_args.begin(),
-                           {"--transport", std::string(kTestTransport)});
+  if (kTestTransport == "shm") {
+    options.node_args.insert(options.node_args.begin(), {"--transport", "tcp"});
+  } else {
+    options.node_args.insert(
+        options.node_args.begin(),
+        {"--transport", std::string(kTestTransport), "--no-shm"});
+  }
   auto cluster = tools::LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? *std::move(cluster) : nullptr;

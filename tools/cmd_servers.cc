@@ -139,6 +139,10 @@ int RunNode(int argc, char** argv) {
                "how long a client may fill a granted slab");
   flags.Define("read-lease", "2s", "longest GET; freed memory waits this long");
   flags.DefineBool("no-huge-pages", "do not try 2 MiB huge pages");
+  flags.DefineBool("no-shm",
+                   "do not serve same-host clients over shared memory");
+  flags.Define("shm-socket", "",
+               "unix socket for same-host clients (default: under /tmp)");
   DefineEvictionFlags(flags);
   if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
@@ -168,6 +172,8 @@ int RunNode(int argc, char** argv) {
   options.slab_lease = *slab_lease;
   options.max_read_lease = *read_lease;
   options.huge_pages = !flags.GetBool("no-huge-pages");
+  options.shm = !flags.GetBool("no-shm");
+  options.shm_socket = flags.Get("shm-socket");
   static std::atomic<bool> declared_dead{false};
   options.on_declared_dead = [] {
     declared_dead = true;
