@@ -75,7 +75,8 @@ struct Options {
   double seconds = 3;
   uint64_t working_set = 0;
   std::vector<std::string> systems;
-  std::string redis, memcached, coordinator, iperf3, iperf3_binary;
+  std::string redis, memcached, coordinator, shm_coordinator, iperf3,
+      iperf3_binary;
   uint64_t memcpy_bytes = 0;
   bool verify_full = false;
   std::string json;
@@ -93,11 +94,15 @@ void DefineFlags(tools::Flags& flags) {
                "bytes of keys each system holds per block size, all threads "
                "together (at least 2 rounds' worth)");
   flags.Define("systems", "redis,memcached,meshpool",
-               "which stores to run, comma-separated");
+               "which stores to run, comma-separated (redis, memcached, "
+               "meshpool, meshpool-shm)");
   flags.Define("redis", "127.0.0.1:6379", "redis HOST:PORT");
   flags.Define("memcached", "127.0.0.1:11211", "memcached HOST:PORT");
   flags.Define("coordinator", "",
                "meshpool coordinator HOST:PORT (or MESHPOOL_COORDINATOR)");
+  flags.Define("shm-coordinator", "",
+               "coordinator of a meshpool cluster whose nodes serve this host "
+               "over shared memory (system meshpool-shm)");
   flags.Define("iperf3", "",
                "HOST:PORT of a running `iperf3 -s` (empty: "
                "skip the iperf3 ceiling)");
@@ -139,9 +144,11 @@ absl::StatusOr<Options> ParseOptions(const tools::Flags& flags) {
   o.batch = static_cast<int>(batch);
   for (absl::string_view s :
        absl::StrSplit(flags.Get("systems"), ',', absl::SkipEmpty())) {
-    if (s != "redis" && s != "memcached" && s != "meshpool") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--systems: unknown '", s, "' (redis, memcached, meshpool)"));
+    if (s != "redis" && s != "memcached" && s != "meshpool" &&
+        s != "meshpool-shm") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--systems: unknown '", s,
+                       "' (redis, memcached, meshpool, meshpool-shm)"));
     }
     o.systems.emplace_back(s);
   }
@@ -153,6 +160,13 @@ absl::StatusOr<Options> ParseOptions(const tools::Flags& flags) {
   if (std::find(o.systems.begin(), o.systems.end(), "meshpool") !=
       o.systems.end()) {
     MESHPOOL_ASSIGN_OR_RETURN(o.coordinator, tools::CoordinatorAddress(flags));
+  }
+  o.shm_coordinator = flags.Get("shm-coordinator");
+  if (std::find(o.systems.begin(), o.systems.end(), "meshpool-shm") !=
+          o.systems.end() &&
+      o.shm_coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "system meshpool-shm needs --shm-coordinator");
   }
   const std::string verify = flags.Get("verify");
   if (verify != "stamps" && verify != "full") {
@@ -473,7 +487,8 @@ absl::Status Run(const Options& o, Report& report) {
     absl::StatusOr<std::unique_ptr<KvSystem>> s =
         name == "redis"       ? OpenRedis(o.redis, o.timeout)
         : name == "memcached" ? OpenMemcached(o.memcached, o.timeout)
-                              : OpenMeshpool(o.coordinator, o.timeout);
+        : name == "meshpool"  ? OpenMeshpool(name, o.coordinator, o.timeout)
+                             : OpenMeshpool(name, o.shm_coordinator, o.timeout);
     MESHPOOL_RETURN_IF_ERROR(s.status());
     report.systems.push_back((*s)->description());
     systems.push_back(*std::move(s));

@@ -15,7 +15,9 @@
 # Environment (defaults in brackets):
 #   THREADS [4]  BATCH [32]  SECONDS_PER [3] seconds per measurement
 #   BLOCK_SIZES [16KiB,256KiB,2MiB]  WORKING_SET [256MiB] per block size
-#   SYSTEMS [redis,memcached,meshpool]
+#   SYSTEMS [redis,memcached,meshpool,meshpool-shm] (meshpool: nodes over tcp
+#   with --no-shm; meshpool-shm: a second cluster serving this host over
+#   shared memory)
 #   NODES [3] meshpool nodes, CAPACITY [1GiB] pool per node (resident: the
 #   nodes fault their pools in), TRANSPORT [tcp] (tcp, verbs or auto)
 #   SERVER_MEMORY_MB [4096]: redis maxmemory and memcached -m (caps; they
@@ -36,7 +38,7 @@ if [ ! -x "$bench" ] || [ ! -x "$meshpool" ]; then
 fi
 
 threads="${THREADS:-4}"
-systems="${SYSTEMS:-redis,memcached,meshpool}"
+systems="${SYSTEMS:-redis,memcached,meshpool,meshpool-shm}"
 mem_mb="${SERVER_MEMORY_MB:-4096}"
 want() { [[ ",$systems," == *",$1,"* ]]; }
 
@@ -113,25 +115,37 @@ if want memcached; then
   wait_port "$port" memcached "$tmp/memcached.log"
   args+=(--memcached "127.0.0.1:$port")
 fi
-if want meshpool; then
+# Starts `meshpool up` with extra flags; sets $coordinator.
+start_meshpool() {
+  local log="$1"
+  shift
   "$meshpool" up --port 0 --nodes "${NODES:-3}" --capacity "${CAPACITY:-1GiB}" \
-    --transport "${TRANSPORT:-tcp}" > "$tmp/meshpool.log" 2>&1 &
+    --transport "${TRANSPORT:-tcp}" "$@" > "$log" 2>&1 &
   pids+=($!)
   coordinator=""
   for _ in $(seq 600); do
     # "meshpool cluster up: coordinator HOST:PORT, N nodes x SIZE"
     coordinator="$(sed -n 's/^meshpool cluster up: coordinator \([^,]*\),.*/\1/p' \
-      "$tmp/meshpool.log")"
+      "$log")"
     [ -n "$coordinator" ] && break
     kill -0 "${pids[-1]}" 2> /dev/null || break
     sleep 0.1
   done
   if [ -z "$coordinator" ]; then
     echo "kv_compare.sh: the meshpool cluster did not come up; its log:" >&2
-    cat "$tmp/meshpool.log" >&2
+    cat "$log" >&2
     exit 1
   fi
+}
+if want meshpool; then
+  # Over the network transport: the nodes do not offer shared memory.
+  start_meshpool "$tmp/meshpool.log" --no-shm
   args+=(--coordinator "$coordinator")
+fi
+if want meshpool-shm; then
+  # The same, with the nodes serving this host over shared memory.
+  start_meshpool "$tmp/meshpool-shm.log"
+  args+=(--shm-coordinator "$coordinator")
 fi
 port="$(free_port)"
 iperf3 -s -B 127.0.0.1 -p "$port" > "$tmp/iperf3.log" 2>&1 &

@@ -53,12 +53,12 @@ std::string QuoteCommand(int argc, char** argv) {
 std::vector<std::pair<std::string, std::optional<double>>> Ratios(
     const Report& report, uint64_t block, bool get) {
   std::vector<std::pair<std::string, std::optional<double>>> out;
-  const Row* mesh = FindRow(report, block, "meshpool");
   auto rate = [get](const Row* r) -> std::optional<double> {
     if (r == nullptr) return std::nullopt;
     return get ? r->get_gbs : r->put_gbs;
   };
-  auto over = [&](std::optional<double> base) -> std::optional<double> {
+  auto over = [&](const Row* mesh,
+                  std::optional<double> base) -> std::optional<double> {
     std::optional<double> m = rate(mesh);
     if (!m.has_value() || !base.has_value() || !(*base > 0))
       return std::nullopt;
@@ -68,16 +68,22 @@ std::vector<std::pair<std::string, std::optional<double>>> Ratios(
     if (!bytes_s.has_value()) return std::nullopt;
     return *bytes_s / 1e9;
   };
-  out.emplace_back("meshpool/redis",
-                   over(rate(FindRow(report, block, "redis"))));
-  out.emplace_back("meshpool/memcached",
-                   over(rate(FindRow(report, block, "memcached"))));
-  out.emplace_back(
-      absl::StrCat("meshpool/iperf3(", report.threads, " streams)"),
-      over(gb(report.iperf3_bytes_s)));
-  out.emplace_back(
-      absl::StrCat("meshpool/memcpy(", report.threads, " threads)"),
-      over(gb(report.memcpy_bytes_s)));
+  // Each meshpool variant against the same references: over TCP the
+  // network ceiling is iperf3, over shared memory it is memcpy.
+  for (const char* name : {"meshpool", "meshpool-shm"}) {
+    const Row* mesh = FindRow(report, block, name);
+    if (mesh == nullptr) continue;
+    out.emplace_back(absl::StrCat(name, "/redis"),
+                     over(mesh, rate(FindRow(report, block, "redis"))));
+    out.emplace_back(absl::StrCat(name, "/memcached"),
+                     over(mesh, rate(FindRow(report, block, "memcached"))));
+    out.emplace_back(
+        absl::StrCat(name, "/iperf3(", report.threads, " streams)"),
+        over(mesh, gb(report.iperf3_bytes_s)));
+    out.emplace_back(
+        absl::StrCat(name, "/memcpy(", report.threads, " threads)"),
+        over(mesh, gb(report.memcpy_bytes_s)));
+  }
   return out;
 }
 

@@ -183,14 +183,15 @@ class MeshpoolSession : public KvSession {
 
 class MeshpoolSystem : public KvSystem {
  public:
-  MeshpoolSystem(std::string coordinator, std::unique_ptr<Client> client,
-                 size_t nodes)
-      : coordinator_(std::move(coordinator)),
+  MeshpoolSystem(std::string name, std::string coordinator,
+                 std::unique_ptr<Client> client, size_t nodes)
+      : name_(std::move(name)),
+        coordinator_(std::move(coordinator)),
         client_(std::move(client)),
         nodes_(nodes) {}
-  std::string name() const override { return "meshpool"; }
+  std::string name() const override { return name_; }
   std::string description() const override {
-    return absl::StrCat("meshpool, ", nodes_, " nodes, coordinator ",
+    return absl::StrCat(name_, ", ", nodes_, " nodes, coordinator ",
                         coordinator_);
   }
   absl::StatusOr<std::unique_ptr<KvSession>> OpenSession() override {
@@ -198,6 +199,7 @@ class MeshpoolSystem : public KvSystem {
   }
 
  private:
+  const std::string name_;
   const std::string coordinator_;
   std::unique_ptr<Client> client_;
   const size_t nodes_;
@@ -221,7 +223,8 @@ absl::StatusOr<std::unique_ptr<KvSystem>> OpenMemcached(
 }
 
 absl::StatusOr<std::unique_ptr<KvSystem>> OpenMeshpool(
-    absl::string_view coordinator, absl::Duration timeout) {
+    absl::string_view name, absl::string_view coordinator,
+    absl::Duration timeout) {
   ClientOptions options;
   options.coordinator = std::string(coordinator);
   options.connect_timeout = timeout;
@@ -234,8 +237,8 @@ absl::StatusOr<std::unique_ptr<KvSystem>> OpenMeshpool(
     return absl::FailedPreconditionError(absl::StrCat(
         "the meshpool cluster at ", coordinator, " has no live node"));
   }
-  return std::make_unique<MeshpoolSystem>(std::string(coordinator),
-                                          std::move(client), alive);
+  return std::make_unique<MeshpoolSystem>(
+      std::string(name), std::string(coordinator), std::move(client), alive);
 }
 
 }  // namespace meshpool::bench

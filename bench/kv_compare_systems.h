@@ -76,9 +76,11 @@ absl::StatusOr<std::unique_ptr<KvSystem>> OpenRedis(absl::string_view address,
                                                     absl::Duration timeout);
 absl::StatusOr<std::unique_ptr<KvSystem>> OpenMemcached(
     absl::string_view address, absl::Duration timeout);
-// `coordinator`: "host:port" of the meshpool cluster's coordinator.
+// `coordinator`: "host:port" of the meshpool cluster's coordinator;
+// `name`: the system's name in the report ("meshpool", "meshpool-shm").
 absl::StatusOr<std::unique_ptr<KvSystem>> OpenMeshpool(
-    absl::string_view coordinator, absl::Duration timeout);
+    absl::string_view name, absl::string_view coordinator,
+    absl::Duration timeout);
 
 }  // namespace meshpool::bench
 

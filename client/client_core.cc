@@ -315,6 +315,10 @@ absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
   if (absl::StartsWith(address, "shm://")) {
     if (!shm_) {
       rdma::ShmOptions shm;
+      // A forwarded atomic waits no longer than any other operation (a
+      // publishing CAS must land within the nodes' lease margin).
+      shm.atomics_timeout = options_.op_timeout;
+      shm.connect_timeout = options_.connect_timeout;
       absl::StatusOr<rdma::ShmAddress> parsed = rdma::ParseShmAddress(address);
       if (parsed.ok() && absl::StartsWith(parsed->atomics, "verbs://")) {
         // Atomics go through the node's device (DESIGN §3), so this client

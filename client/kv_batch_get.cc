@@ -26,18 +26,16 @@ struct KeyState {
   bool done = false;
 };
 
-// Adds a WRITE of a nonzero word to the slab table entry of the slab each
-// key's first candidate lies in, unless this client touched it lately.
-void AddTouches(Session& s, const std::vector<KeyState>& states, char* one,
-                std::vector<rdma::WorkRequest>& wrs) {
+// Adds a WRITE of a nonzero word (at `one`, in staging) to the slab table
+// entry of the slab holding the object at `offset`, unless this client
+// touched that slab lately: what earns the slab the evictor's second chance.
+void AddTouch(Session& s, uint64_t offset, char* one,
+              std::vector<rdma::WorkRequest>& wrs) {
   const store::PoolLayout& layout = s.node().layout();
   if (layout.slab_meta_offset == 0) return;
-  for (const KeyState& k : states) {
-    if (k.done || k.reads.empty()) continue;
-    uint64_t slab = layout.slab_of(k.reads.front().offset);
-    if (slab >= layout.slab_count || !s.node().ShouldTouch(slab)) continue;
-    s.AddWrite(wrs, one, layout.slab_meta(slab) + 8, 8);
-  }
+  uint64_t slab = layout.slab_of(offset);
+  if (slab >= layout.slab_count || !s.node().ShouldTouch(slab)) return;
+  s.AddWrite(wrs, one, layout.slab_meta(slab) + 8, 8);
 }
 
 // The single-key path, for a key whose batched read was torn or slow: it
@@ -83,14 +81,18 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
                                         targets[i], true, &cursor);
     }
   }
-  absl::StatusOr<absl::Span<char>> staging = s.Staging(cursor);
+  const uint64_t one = 1;
+  absl::StatusOr<absl::Span<char>> staging = s.Staging(cursor + 8);
   if (!staging.ok()) return fail_rest({}, staging.status());
   char* base = staging->data();
+  std::memcpy(base + cursor, &one, 8);
   std::vector<rdma::WorkRequest> wrs;
   for (size_t i = 0; i < n; ++i) {
     s.AddBucketReads(wrs, keys[i], base + i * kBucketPairBytes, &buckets[i]);
-    if (states[i].hinted)
+    if (states[i].hinted) {
       AddObjectReads(s, *states[i].hinted, base, targets[i], wrs);
+      AddTouch(s, states[i].hinted->offset, base + cursor, wrs);
+    }
   }
   if (absl::Status st = s.Run(wrs); !st.ok()) return fail_rest({}, st);
   bool lease_passed = ReadLeasePassed(s, start);
@@ -126,7 +128,6 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   staging = s.Staging(cursor + 8);
   if (!staging.ok()) return fail_rest(states, staging.status());
   base = staging->data();
-  const uint64_t one = 1;
   std::memcpy(base + cursor, &one, 8);
   wrs.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -136,7 +137,11 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     }
   }
   if (!wrs.empty()) {
-    AddTouches(s, states, base + cursor, wrs);
+    for (const KeyState& k : states) {
+      if (!k.done && !k.reads.empty()) {
+        AddTouch(s, k.reads.front().offset, base + cursor, wrs);
+      }
+    }
     if (absl::Status st = s.Run(wrs); !st.ok()) return fail_rest(states, st);
   }
   lease_passed = ReadLeasePassed(s, start);

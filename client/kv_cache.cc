@@ -239,23 +239,39 @@ absl::StatusOr<size_t> Client::PrefixMatch(
     return status[0];
   }
   if (pin_ttl == absl::ZeroDuration() || prefix == 0) return prefix;
-  // Pin the prefix (one more post per node); a pin that does not hold
-  // (the block is being evicted) ends the prefix there.
-  std::vector<Impl::Group> pin_groups = impl_->GroupByNode(
-      keys.first(prefix), [&](size_t i, absl::Status s) { status[i] = s; });
-  impl_->RunGroups(pin_groups, [&](Impl::Group& g) {
+  // Pin the prefix (one more post per node, on the nodes the lookup used);
+  // a pin that does not hold (the block is being evicted) ends the prefix.
+  std::vector<bool> fresh(keys.size(), false);
+  impl_->RunGroups(groups, [&](Impl::Group& g) {
+    std::vector<KeyRef> refs;
     std::vector<client_internal::FoundSlot> slots;
-    for (size_t i : g.indices) slots.push_back(found[i]);
-    std::vector<absl::Status> pinned(g.refs.size());
-    client_internal::LookUpAndPin(*g.node, g.refs, std::move(slots), pin_ttl,
-                                  impl_->options().max_verify_retries,
-                                  absl::MakeSpan(pinned));
+    std::vector<size_t> which;
     for (size_t j = 0; j < g.indices.size(); ++j) {
-      status[g.indices[j]] = std::move(pinned[j]);
+      if (g.indices[j] >= prefix) continue;
+      which.push_back(g.indices[j]);
+      refs.push_back(g.refs[j]);
+      slots.push_back(found[g.indices[j]]);
+    }
+    if (which.empty()) return;
+    std::vector<absl::Status> pinned(which.size());
+    std::vector<bool> placed;
+    client_internal::LookUpAndPin(*g.node, refs, std::move(slots), pin_ttl,
+                                  impl_->options().max_verify_retries,
+                                  absl::MakeSpan(pinned), &placed);
+    for (size_t j = 0; j < which.size(); ++j) {
+      status[which[j]] = std::move(pinned[j]);
+      fresh[which[j]] = placed[j];
     }
   });
   size_t held = 0;
   while (held < prefix && status[held].ok()) ++held;
+  // Pins this call placed past the prefix it returns hold blocks the
+  // caller will not read: take them back (pins held before stay).
+  std::vector<absl::string_view> placed_past;
+  for (size_t i = held; i < prefix; ++i) {
+    if (status[i].ok() && fresh[i]) placed_past.push_back(keys[i]);
+  }
+  if (!placed_past.empty()) Unpin(placed_past);
   return held;
 }
 

@@ -14,22 +14,32 @@ uint64_t ExpiryMs(uint64_t now_ms, absl::Duration ttl) {
   return std::min(now_ms + std::max<uint64_t>(ms, 1), store::kPinForever - 1);
 }
 
-// WRITEs zeros over entries (one post), then forgets them locally.
-absl::Status ClearEntries(Session& s, PinTable& table,
-                          absl::Span<const uint32_t> entries) {
+// WRITEs each entry's new contents (one post, then a flush READ), and
+// records them locally (an empty entry is freed).
+absl::Status WriteEntries(
+    Session& s, PinTable& table,
+    absl::Span<const std::pair<uint32_t, store::PinEntry>> entries) {
   if (entries.empty()) return absl::OkStatus();
-  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(store::kPinEntryBytes + 8));
-  std::memset(staging.data(), 0, store::kPinEntryBytes);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      absl::Span<char> staging,
+      s.Staging(store::kPinEntryBytes * entries.size() + 8));
   std::vector<rdma::WorkRequest> wrs;
-  for (uint32_t e : entries) {
-    s.AddWrite(wrs, staging.data(), table.entry_offset(e),
+  for (size_t j = 0; j < entries.size(); ++j) {
+    char* at = staging.data() + j * store::kPinEntryBytes;
+    std::memcpy(at, &entries[j].second, store::kPinEntryBytes);
+    s.AddWrite(wrs, at, table.entry_offset(entries[j].first),
                store::kPinEntryBytes);
   }
-  s.AddRead(wrs, staging.data() + store::kPinEntryBytes,
-            table.entry_offset(entries.back()), 8);
+  s.AddRead(wrs, staging.data() + store::kPinEntryBytes * entries.size(),
+            table.entry_offset(entries.back().first), 8);
   absl::Status st = s.Run(wrs);
-  for (uint32_t e : entries) table.Clear(e);
+  for (const auto& [index, entry] : entries) {
+    if (entry.object_offset == 0) {
+      table.Clear(index);
+    } else {
+      table.Set(index, entry);
+    }
+  }
   return st;
 }
 
@@ -37,7 +47,8 @@ absl::Status ClearEntries(Session& s, PinTable& table,
 
 void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
               absl::Span<const FoundSlot> found, absl::Duration ttl,
-              absl::Span<absl::Status> results) {
+              absl::Span<absl::Status> results, std::vector<bool>* fresh) {
+  if (fresh != nullptr) fresh->assign(keys.size(), false);
   absl::StatusOr<std::shared_ptr<PinTable>> table = node.session().Table();
   absl::StatusOr<Session> session =
       table.ok() ? OpenSession(node) : absl::StatusOr<Session>(table.status());
@@ -52,12 +63,13 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
   const store::PoolLayout& layout = node.layout();
   const uint64_t now_ms = node.session().NodeNowMs();
   const uint64_t expiry = ExpiryMs(now_ms, ttl);
-  // Per pinned key: its entry and where its checks land in staging.
+  // Per pinned key: its entry, what the entry held before (restored if the
+  // pin does not hold), and what it will hold.
   struct Pending {
     size_t key;
     uint32_t entry;
-    uint64_t object;
-    uint64_t expiry;
+    store::PinEntry previous;
+    store::PinEntry pin;
   };
   std::vector<Pending> pending;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -74,28 +86,37 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
       continue;
     }
     // Pinning again never shortens this client's pin (a hard pin stays
-    // hard); a lapsed entry reads as 0 here only once reused.
-    uint64_t previous = (*table)->expiry(*entry);
-    pending.push_back({i, *entry, store::DecodeSlot(found[i].word).offset,
-                       std::max(expiry, previous)});
+    // hard).
+    store::PinEntry previous = (*table)->entry(*entry);
+    if (previous.object_offset != 0 &&
+        previous.expiry_ms != store::kPinForever &&
+        previous.expiry_ms <= now_ms) {
+      previous = {0, 0};  // lapsed: as good as free
+    }
+    pending.push_back({i,
+                       *entry,
+                       previous,
+                       {store::DecodeSlot(found[i].word).offset,
+                        std::max(expiry, previous.expiry_ms)}});
+    if (fresh != nullptr) (*fresh)[i] = previous.object_offset == 0;
   }
   if (pending.empty()) return;
   // Staging: entries | flush word | per key: slot word, evicting word.
   const uint64_t entries_bytes = store::kPinEntryBytes * pending.size();
   absl::StatusOr<absl::Span<char>> staging =
       s.Staging(entries_bytes + 8 + 16 * pending.size());
-  auto fail = [&](const absl::Status& st) {
+  auto forget = [&](const absl::Status& st) {
     for (const Pending& p : pending) {
       results[p.key] = st;
-      (*table)->Clear(p.entry);
+      if (p.previous.object_offset == 0) (*table)->Clear(p.entry);
     }
   };
-  if (!staging.ok()) return fail(staging.status());
+  if (!staging.ok()) return forget(staging.status());
   char* base = staging->data();
   std::vector<rdma::WorkRequest> wrs;
   for (size_t j = 0; j < pending.size(); ++j) {
-    store::PinEntry e{pending[j].object, pending[j].expiry};
-    std::memcpy(base + j * store::kPinEntryBytes, &e, sizeof(e));
+    std::memcpy(base + j * store::kPinEntryBytes, &pending[j].pin,
+                store::kPinEntryBytes);
     s.AddWrite(wrs, base + j * store::kPinEntryBytes,
                (*table)->entry_offset(pending[j].entry), store::kPinEntryBytes);
   }
@@ -107,37 +128,54 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
   for (size_t j = 0; j < pending.size(); ++j) {
     const Pending& p = pending[j];
     s.AddRead(wrs, checks + 16 * j, found[p.key].slot_offset, 8);
-    uint64_t slab = layout.slab_of(p.object);
+    uint64_t slab = layout.slab_of(p.pin.object_offset);
     s.AddRead(wrs, checks + 16 * j + 8, layout.slab_meta(slab), 8);
   }
-  if (absl::Status st = s.Run(wrs); !st.ok()) return fail(st);
-  std::vector<uint32_t> undo;
+  // Checked right before posting: the table is still this session's, and
+  // the session has time left (the node reissues an expired session's
+  // table only after a quarantine longer than any op takes to land).
+  if (absl::Status w = node.session().CheckWritable(table->get()); !w.ok()) {
+    return forget(w);
+  }
+  if (absl::Status st = s.Run(wrs); !st.ok()) {
+    // The entries may have landed: keep them, so Unpin can clear them.
+    for (const Pending& p : pending) {
+      results[p.key] = st;
+      (*table)->Set(p.entry, p.pin);
+    }
+    return;
+  }
+  std::vector<std::pair<uint32_t, store::PinEntry>> restore;
   for (size_t j = 0; j < pending.size(); ++j) {
     const Pending& p = pending[j];
     uint64_t slot, evicting;
     std::memcpy(&slot, checks + 16 * j, 8);
     std::memcpy(&evicting, checks + 16 * j + 8, 8);
     if (slot == found[p.key].word && evicting == 0) {
-      (*table)->Set(p.entry, {p.object, p.expiry});
+      (*table)->Set(p.entry, p.pin);
       node.counters().pins.fetch_add(1, std::memory_order_relaxed);
       results[p.key] = absl::OkStatus();
-    } else {
-      results[p.key] =
-          evicting != 0
-              ? absl::NotFoundError("key is being evicted")
-              : absl::AbortedError("key was replaced or deleted meanwhile");
-      undo.push_back(p.entry);
+      continue;
     }
+    results[p.key] =
+        evicting != 0
+            ? absl::NotFoundError("key is being evicted")
+            : absl::AbortedError("key was replaced or deleted meanwhile");
+    // The pin this client held before (if any) stands as it was.
+    restore.push_back({p.entry, p.previous});
+    if (fresh != nullptr) (*fresh)[p.key] = false;
   }
-  // Best effort: a pin that did not hold pins nothing the node cares
-  // about (its slab is going, or the object is no longer reachable).
-  ClearEntries(s, **table, undo).IgnoreError();
+  // Best effort: a pin that did not hold pins nothing the node cares about
+  // (its slab is going, or the object is no longer reachable).
+  WriteEntries(s, **table, restore).IgnoreError();
 }
 
 void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
                   std::vector<FoundSlot> found, absl::Duration ttl,
-                  int max_verify_retries, absl::Span<absl::Status> results) {
+                  int max_verify_retries, absl::Span<absl::Status> results,
+                  std::vector<bool>* fresh) {
   constexpr int kMaxAttempts = 4;
+  if (fresh != nullptr) fresh->assign(keys.size(), false);
   std::vector<size_t> todo(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) todo[i] = i;
   for (int attempt = 0; attempt < kMaxAttempts && !todo.empty(); ++attempt) {
@@ -152,14 +190,21 @@ void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
       BatchKeysExist(node, refs, max_verify_retries, absl::MakeSpan(present),
                      &slots);
       for (size_t j = 0; j < todo.size(); ++j) {
-        if (!present[j].ok()) looked[j] = present[j].status();
+        if (!present[j].ok()) {
+          looked[j] = present[j].status();
+        } else if (*present[j] && slots[j].word == 0) {
+          // Present, but its slot was not seen (a torn candidate): again.
+          looked[j] = absl::AbortedError("slot not seen");
+        }
       }
     }
     std::vector<absl::Status> pinned(todo.size());
-    PinFound(node, refs, slots, ttl, absl::MakeSpan(pinned));
+    std::vector<bool> new_pin;
+    PinFound(node, refs, slots, ttl, absl::MakeSpan(pinned), &new_pin);
     std::vector<size_t> again;
     for (size_t j = 0; j < todo.size(); ++j) {
       absl::Status st = looked[j].ok() ? pinned[j] : looked[j];
+      if (fresh != nullptr && st.ok()) (*fresh)[todo[j]] = new_pin[j];
       if (st.code() == absl::StatusCode::kAborted) {
         again.push_back(todo[j]);
         st = absl::NotFoundError("key kept changing while being pinned");
@@ -191,8 +236,10 @@ void UnpinKeys(NodeConnection& node, absl::Span<const KeyRef> keys,
   }
   if (entries.empty()) return;
   absl::StatusOr<Session> session = OpenSession(node);
-  absl::Status st = session.ok() ? ClearEntries(*session, **table, entries)
-                                 : session.status();
+  std::vector<std::pair<uint32_t, store::PinEntry>> zeros;
+  for (uint32_t e : entries) zeros.push_back({e, store::PinEntry{0, 0}});
+  absl::Status st =
+      session.ok() ? WriteEntries(*session, **table, zeros) : session.status();
   for (size_t i : which) results[i] = st;
 }
 

@@ -14,6 +14,7 @@
 #define MESHPOOL_CLIENT_KV_PINS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -28,16 +29,22 @@ namespace meshpool::client_internal {
 // evicted), Aborted (the slot changed meanwhile: look the key up again),
 // ResourceExhausted (pin table full, or no session free on the node),
 // Unavailable.
+// With `fresh`, (*fresh)[i] tells whether key i's pin is new (this client
+// held none on it before) — what a caller may undo without dropping an
+// older pin. A pin that does not hold leaves the client's earlier pin on
+// the key (if any) as it was.
 void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
               absl::Span<const FoundSlot> found, absl::Duration ttl,
-              absl::Span<absl::Status> results);
+              absl::Span<absl::Status> results,
+              std::vector<bool>* fresh = nullptr);
 
 // Looks `keys` up and pins those present; a key replaced meanwhile is
 // looked up and pinned again (a few times), then reads as NotFound.
 // `found`, when not empty, is a lookup already made.
 void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
                   std::vector<FoundSlot> found, absl::Duration ttl,
-                  int max_verify_retries, absl::Span<absl::Status> results);
+                  int max_verify_retries, absl::Span<absl::Status> results,
+                  std::vector<bool>* fresh = nullptr);
 
 // Drops this client's pins of `keys`: NotFound for a key it had no live
 // pin on.

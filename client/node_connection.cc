@@ -282,9 +282,10 @@ absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
     // The node is full and evicting: wait for a slab, within op_timeout.
     absl::Time now = absl::Now();
     if (now + retry_after > give_up) {
-      return absl::UnavailableError(
-          absl::StrCat(Describe(), " is full and still evicting after ",
-                       absl::FormatDuration(options_.op_timeout), "; retry"));
+      return absl::UnavailableError(absl::StrCat(
+          Describe(), " is full and evicting; it expects a free slab in ",
+          absl::FormatDuration(retry_after),
+          ", past this operation's deadline: retry"));
     }
     absl::SleepFor(retry_after);
   }

@@ -70,16 +70,31 @@ absl::Status NodeSession::OpenLocked() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<PinTable>> NodeSession::Table() {
-  absl::MutexLock lock(&mu_);
-  if (!open_) MESHPOOL_RETURN_IF_ERROR(OpenLocked());
+absl::Status NodeSession::WritableLocked(const PinTable* table) const {
+  if (!open_ || table_.get() != table) {
+    return absl::UnavailableError(
+        absl::StrCat("the pin session on ", node_.Describe(),
+                     " ended (the node expired it or restarted); retry"));
+  }
   absl::Duration margin = std::min(kMaxWriteMargin, lease_ / 4);
   if (absl::Now() > last_renew_sent_ + lease_ - margin) {
     return absl::UnavailableError(absl::StrCat(
         "the pin session on ", node_.Describe(),
         " is not being renewed (the node is unreachable or slow); retry"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<PinTable>> NodeSession::Table() {
+  absl::MutexLock lock(&mu_);
+  if (!open_) MESHPOOL_RETURN_IF_ERROR(OpenLocked());
+  MESHPOOL_RETURN_IF_ERROR(WritableLocked(table_.get()));
   return table_;
+}
+
+absl::Status NodeSession::CheckWritable(const PinTable* table) const {
+  absl::MutexLock lock(&mu_);
+  return WritableLocked(table);
 }
 
 uint64_t NodeSession::NodeNowMs() const {
@@ -89,17 +104,33 @@ uint64_t NodeSession::NodeNowMs() const {
 }
 
 void NodeSession::KeepAlive(const KvCounters& counters) {
-  absl::MutexLock lock(&mu_);
-  if (!open_) {
-    if (counters.any()) OpenLocked().IgnoreError();  // retried next round
-    return;
+  uint32_t session;
+  uint64_t token;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = absl::Now();
+    if (!open_) {
+      // Open for counters alone only now and then: a node whose tables are
+      // all taken is not asked every round.
+      if (counters.any() && now >= next_open_ && !OpenLocked().ok()) {
+        next_open_ = now + kOpenBackoff;
+      }
+      return;
+    }
+    if (renewing_ || now < last_renew_sent_ + lease_ / 4) return;
+    renewing_ = true;
+    session = session_;
+    token = token_;
   }
-  absl::Time now = absl::Now();
-  if (now < last_renew_sent_ + lease_ / 4) return;
+  // The RPC runs without the lock: pins on this node do not wait for it.
+  absl::Time sent = absl::Now();
   absl::StatusOr<proto::RenewSessionReply> reply =
-      node_.RenewSession(session_, token_, counters.ToProto());
+      node_.RenewSession(session, token, counters.ToProto());
+  absl::MutexLock lock(&mu_);
+  renewing_ = false;
+  if (!open_ || token_ != token) return;  // closed or replaced meanwhile
   if (reply.ok()) {
-    Adopt(now, absl::Now(), reply->node_clock_ms(), reply->lease_ms());
+    Adopt(sent, absl::Now(), reply->node_clock_ms(), reply->lease_ms());
   } else if (reply.status().code() == absl::StatusCode::kNotFound ||
              reply.status().code() == absl::StatusCode::kFailedPrecondition) {
     open_ = false;  // expired or the node restarted: its pins are gone

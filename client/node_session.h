@@ -60,6 +60,10 @@ class NodeSession {
   // when the node cannot be reached or the session is past its write
   // window (renewals failing).
   absl::StatusOr<std::shared_ptr<PinTable>> Table();
+  // OK while `table` is this session's current table and the session has
+  // time left to write it; else Unavailable (retry: the keeper renews or
+  // a new session opens). Checked right before posting pin WRITEs.
+  absl::Status CheckWritable(const PinTable* table) const;
   // The node's clock now (unix ms), as estimated from the last reply.
   // REQUIRES: a session was opened.
   uint64_t NodeNowMs() const;
@@ -74,12 +78,19 @@ class NodeSession {
 
  private:
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WritableLocked(const PinTable* table) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed open (e.g. every table taken), the keeper waits this
+  // long before trying again for counters alone.
+  static constexpr absl::Duration kOpenBackoff = absl::Seconds(10);
   void Adopt(absl::Time sent, absl::Time received, uint64_t node_clock_ms,
              uint32_t lease_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   NodeConnection& node_;
   mutable absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time next_open_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool renewing_ ABSL_GUARDED_BY(mu_) = false;  // a renewal RPC in flight
   uint32_t session_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t token_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<PinTable> table_ ABSL_GUARDED_BY(mu_);

@@ -30,9 +30,9 @@ absl::StatusOr<uint32_t> PinTable::Reserve(const store::KeyHash& key,
                    "blocks (or pin with a shorter ttl) before pinning more"));
 }
 
-uint64_t PinTable::expiry(uint32_t index) const {
+store::PinEntry PinTable::entry(uint32_t index) const {
   absl::MutexLock lock(&mu_);
-  return slots_[index].entry.expiry_ms;
+  return slots_[index].entry;
 }
 
 void PinTable::Set(uint32_t index, const store::PinEntry& entry) {
@@ -55,15 +55,6 @@ void PinTable::Clear(uint32_t index) {
   Slot& s = slots_[index];
   if (s.used) by_key_.erase(s.key);
   s = Slot{};
-}
-
-uint32_t PinTable::live(uint64_t now_ms) const {
-  absl::MutexLock lock(&mu_);
-  uint32_t count = 0;
-  for (const Slot& s : slots_) {
-    count += s.used && s.entry.object_offset != 0 && !Lapsed(s, now_ms);
-  }
-  return count;
 }
 
 }  // namespace meshpool::client_internal

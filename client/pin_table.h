@@ -30,8 +30,8 @@ class PinTable {
   // the key (until Clear) even before Set. ResourceExhausted when every
   // entry holds a live pin.
   absl::StatusOr<uint32_t> Reserve(const store::KeyHash& key, uint64_t now_ms);
-  // The expiry the entry holds now (0: none yet).
-  uint64_t expiry(uint32_t index) const;
+  // What the entry holds now ({0, 0}: nothing yet).
+  store::PinEntry entry(uint32_t index) const;
   // Records what entry `index` now holds in the node's table.
   void Set(uint32_t index, const store::PinEntry& entry);
   // The entry of `key`'s pin if it is live at `now_ms`.
@@ -44,8 +44,6 @@ class PinTable {
     return table_offset_ + uint64_t{index} * store::kPinEntryBytes;
   }
   uint32_t size() const { return static_cast<uint32_t>(slots_.size()); }
-  // Live pins at `now_ms`.
-  uint32_t live(uint64_t now_ms) const;
 
  private:
   struct Slot {

@@ -15,11 +15,19 @@
 
 namespace meshpool::rdma::internal {
 
+// Mappings up to this size are populated at connect.
+constexpr uint64_t kShmPopulateMaxBytes = uint64_t{16} << 30;
+
 absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(int fd,
                                                             uint64_t bytes,
                                                             bool writable) {
   const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-  void* p = ::mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+  // The node faulted its pool in, but this process's page tables start
+  // empty: without MAP_POPULATE every first touch of a 4 KiB page is a
+  // shmem fault on the data path (measured: a third of a 2 MiB PUT's CPU).
+  // Bounded, since populating costs page tables and time at connect.
+  const int populate = bytes <= kShmPopulateMaxBytes ? MAP_POPULATE : 0;
+  void* p = ::mmap(nullptr, bytes, prot, MAP_SHARED | populate, fd, 0);
   if (p == MAP_FAILED) {
     return ErrnoToStatus(errno, absl::StrCat("mmap of ", FormatSize(bytes),
                                              " of shared memory"));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/rdma.h"
@@ -115,12 +116,19 @@ EvictRound Evictor::RunOnce() {
   round.needed = Needed(view, urgent);
   if (round.needed == 0 || view.candidates.empty()) return round;
   std::vector<uint64_t> queue = std::move(view.candidates);
+  // Pins count only on objects an index slot still points at (a replaced
+  // or deleted value's pin protects nothing). Nothing is ever published
+  // into a sealed slab, so a snapshot taken now stays right for the round.
+  const absl::flat_hash_set<uint64_t> referenced = ReferencedObjects(queue);
+  auto is_referenced = [&referenced](uint64_t offset) {
+    return referenced.contains(offset);
+  };
   // Slabs pinned already are skipped without touching their evicting word
   // (setting it would fail clients' pins there for nothing). Whatever this
   // look misses, the look after marking catches.
   std::vector<bool> skip(view.total, false);
   {
-    const std::vector<bool> pinned = pins_->PinnedSlabs(queue);
+    const std::vector<bool> pinned = pins_->PinnedSlabs(queue, is_referenced);
     for (size_t i = 0; i < queue.size(); ++i) skip[queue[i]] = pinned[i];
   }
   std::vector<bool> chanced(view.total, false);
@@ -131,7 +139,7 @@ EvictRound Evictor::RunOnce() {
     if (batch.empty()) break;
     // (2): the evicting words are stored; read the pin tables only now.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::vector<bool> pinned = pins_->PinnedSlabs(batch);
+    std::vector<bool> pinned = pins_->PinnedSlabs(batch, is_referenced);
     std::vector<uint64_t> unpinned;
     for (size_t i = 0; i < batch.size(); ++i) {
       if (pinned[i]) {
@@ -146,6 +154,28 @@ EvictRound Evictor::RunOnce() {
     if (!round.status.ok()) break;
   }
   return round;
+}
+
+absl::flat_hash_set<uint64_t> Evictor::ReferencedObjects(
+    const std::vector<uint64_t>& slabs) const {
+  const PoolLayout& l = slabs_->layout();
+  std::vector<bool> wanted(l.slab_count, false);
+  for (uint64_t s : slabs) {
+    if (s < l.slab_count) wanted[s] = true;
+  }
+  absl::flat_hash_set<uint64_t> out;
+  uint64_t* index =
+      reinterpret_cast<uint64_t*>(const_cast<char*>(pool_ + l.index_offset));
+  const uint64_t words = l.bucket_count * kSlotsPerBucket;
+  for (uint64_t i = 0; i < words; ++i) {
+    const uint64_t word =
+        std::atomic_ref<uint64_t>(index[i]).load(std::memory_order_acquire);
+    if (word == 0) continue;
+    const uint64_t offset = DecodeSlot(word).offset;
+    const uint64_t slab = l.slab_of(offset);
+    if (slab < l.slab_count && wanted[slab]) out.insert(offset);
+  }
+  return out;
 }
 
 std::vector<uint64_t> Evictor::Select(std::vector<uint64_t>& queue,

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -134,6 +135,9 @@ class Evictor {
   std::vector<uint64_t> Select(std::vector<uint64_t>& queue, size_t& next,
                                uint64_t want, const std::vector<bool>& pinned,
                                std::vector<bool>& chanced, EvictRound& round);
+  // Pool offsets of the objects index slots point at, within `slabs`.
+  absl::flat_hash_set<uint64_t> ReferencedObjects(
+      const std::vector<uint64_t>& slabs) const;
   // Steps 3-4 for `slabs` (already begun, unpinned).
   absl::Status Unlink(const std::vector<uint64_t>& slabs, EvictRound& round);
   // How long until a slab is likely FREE, for the retry hint.

@@ -98,7 +98,14 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
                      kMaxPoolBytes, " bytes; use a smaller --capacity"));
   }
   if (slab_bytes == 0) {
-    slab_bytes = std::bit_floor(std::max<uint64_t>(pool_bytes / 16, 1));
+    // Fine slabs (1/64 of the pool) make eviction and reclamation
+    // granular; but never under 4 MiB (or 1/16 of a small pool), since a
+    // slab is also the largest value.
+    slab_bytes = std::bit_floor(std::max<uint64_t>(pool_bytes / 64, 1));
+    slab_bytes = std::max<uint64_t>(
+        slab_bytes,
+        std::min<uint64_t>(
+            4 << 20, std::bit_floor(std::max<uint64_t>(pool_bytes / 16, 1))));
     slab_bytes = std::clamp<uint64_t>(slab_bytes, 1 << 20, 64 << 20);
   }
   if (slab_bytes % kObjectAlign != 0 || slab_bytes < 4096) {

@@ -58,8 +58,8 @@ inline constexpr size_t kPinEntryBytes = 16;
 inline constexpr uint64_t kPinForever = ~uint64_t{0};
 // Defaults of ComputeLayout: client sessions per node, and pins per session
 // (the pin area is at most about 1/64 of the pool, within these bounds).
-inline constexpr uint32_t kDefaultPinSessions = 64;
-inline constexpr uint32_t kMinPinsPerSession = 256;
+inline constexpr uint32_t kDefaultPinSessions = 256;
+inline constexpr uint32_t kMinPinsPerSession = 64;
 inline constexpr uint32_t kMaxPinsPerSession = 16384;
 inline constexpr int kOffsetBits = 46;
 inline constexpr int kSizeCodeBits = 10;
@@ -142,8 +142,9 @@ struct PoolLayout {
   uint64_t slab_of(uint64_t offset) const;
 };
 
-// Lays out a pool of `pool_bytes`. `slab_bytes` 0 picks min(64 MiB,
-// pool/16) rounded down to a power of two, at least 1 MiB; `bucket_count` 0
+// Lays out a pool of `pool_bytes`. `slab_bytes` 0 picks pool/64 rounded
+// down to a power of two, at least min(4 MiB, pool/16), within [1 MiB,
+// 64 MiB]; `bucket_count` 0
 // picks pool_bytes / 4096 (index = 1/64 of the pool), at least 1024.
 // `pin_sessions` 0 picks kDefaultPinSessions; `pins_per_session` 0 picks
 // pool / 64 / (16 x pin_sessions) rounded down to a power of two, clamped to

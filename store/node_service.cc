@@ -177,8 +177,9 @@ class NodeServiceImpl final : public proto::Node::Service {
   }
 
   grpc::Status NoSessions() const {
-    return ToGrpc(absl::UnimplementedError(
-        "this node keeps no client sessions (no pin tables)"));
+    return ToGrpc(absl::FailedPreconditionError(
+        "this node keeps no client sessions (no pin tables): it cannot "
+        "hold pins; restart it with a current meshpool"));
   }
 
   uint32_t LeaseMs() const {

@@ -82,7 +82,16 @@ absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id) {
         "idle clients (or wait one session lease for dead ones to expire)"));
   }
   const uint32_t index = free_.front();
+  if (now < sessions_[index].freed_at + kPinTableQuarantine) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "all ", sessions_.size(),
+        " pin tables of this node are taken or were freed in the last ",
+        absl::FormatDuration(kPinTableQuarantine),
+        " (they rest that long before reuse); retry shortly or close idle "
+        "clients"));
+  }
   free_.pop_front();
+  ZeroTableLocked(index);  // whatever landed while it rested
   Session& s = sessions_[index];
   s.open = true;
   s.token = 0;
@@ -99,6 +108,18 @@ absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id) {
   grant.node_clock_ms =
       static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
   return grant;
+}
+
+void PinTables::ZeroTableLocked(uint32_t session) {
+  // Word by word: a client may still be WRITEing the table through the
+  // transport (it must not, but a bad client cannot tear the node's view).
+  char* table = pool_ + options_.layout.pin_table(session);
+  const uint64_t words = options_.layout.pins_per_session * kWordsPerEntry;
+  for (uint64_t w = 0; w < words; ++w) {
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table + 8 * w))
+        .store(0, std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 bool PinTables::LiveLocked(const Session& s, absl::Time now) const {
@@ -148,15 +169,8 @@ absl::Status PinTables::Close(uint32_t session, uint64_t token,
 void PinTables::EndLocked(uint32_t session) {
   Session& s = sessions_[session];
   if (!s.open) return;
-  // Word by word: a client may still be WRITEing the table through the
-  // transport (it must not, but a bad client cannot tear the node's view).
-  char* table = pool_ + options_.layout.pin_table(session);
-  const uint64_t words = options_.layout.pins_per_session * kWordsPerEntry;
-  for (uint64_t w = 0; w < words; ++w) {
-    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table + 8 * w))
-        .store(0, std::memory_order_relaxed);
-  }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ZeroTableLocked(session);
+  s.freed_at = Now();
   AddClientStats(s.stats, &ended_);
   s.open = false;
   s.token = 0;
@@ -191,7 +205,8 @@ void PinTables::ForEachLivePin(uint32_t session, uint64_t now_ms, Fn fn) const {
 }
 
 std::vector<bool> PinTables::PinnedSlabs(
-    absl::Span<const uint64_t> slabs) const {
+    absl::Span<const uint64_t> slabs,
+    const std::function<bool(uint64_t offset)>& referenced) const {
   const PoolLayout& l = options_.layout;
   std::vector<bool> pinned(slabs.size(), false);
   if (slabs.empty()) return pinned;
@@ -204,7 +219,9 @@ std::vector<bool> PinTables::PinnedSlabs(
     if (!LiveLocked(sessions_[i], now)) continue;
     ForEachLivePin(i, now_ms, [&](uint64_t offset) {
       const uint64_t slab = l.slab_of(offset);
-      if (slab < l.slab_count) hit[slab] = true;
+      if (slab < l.slab_count && (!referenced || referenced(offset))) {
+        hit[slab] = true;
+      }
     });
   }
   for (size_t i = 0; i < slabs.size(); ++i) {

@@ -14,9 +14,12 @@
 // session); the node sums them into clients_total, closed and expired
 // sessions included.
 //
-// Free tables are reused least recently freed first, so a table a dead
-// client might still scribble on (it writes only while its own view says
-// the session lives, see the client) rests as long as possible.
+// Free tables are reused least recently freed first, and never within
+// kPinTableQuarantine of being freed: a client checks its session's time
+// right before posting pin WRITEs, and a WRITE lands within its op timeout
+// (below kLeaseMargin), so a late WRITE from a client whose session just
+// ended lands before the table is reissued — and a table is zeroed again
+// when reissued, so such a WRITE never shows in another client's table.
 //
 // Thread-safety: PinTables is thread-safe; one mutex covers sessions and the
 // scans of their tables.
@@ -39,8 +42,13 @@
 #include "absl/types/span.h"
 #include "proto/meshpool.pb.h"
 #include "store/layout.h"
+#include "store/slab_manager.h"
 
 namespace meshpool::store {
+
+// How long a freed pin table rests before it is reissued (see the file
+// comment): longer than any client op may take to land.
+inline constexpr absl::Duration kPinTableQuarantine = kLeaseMargin;
 
 inline constexpr absl::Duration kDefaultSessionLease = absl::Seconds(10);
 // Leases travel as uint32 milliseconds (OpenSessionReply.lease_ms).
@@ -96,7 +104,13 @@ class PinTables {
 
   // For each of `slabs`, whether an entry of a live session (lease not
   // passed) points into it and holds: a hard pin, or expiry > now (ms).
-  std::vector<bool> PinnedSlabs(absl::Span<const uint64_t> slabs) const;
+  // With `referenced`, only entries whose object it says an index slot
+  // still points at count: a pin holds the value the key had when pinned,
+  // and a replaced or deleted one (whose memory is reclaimed and reused)
+  // protects nothing.
+  std::vector<bool> PinnedSlabs(
+      absl::Span<const uint64_t> slabs,
+      const std::function<bool(uint64_t offset)>& referenced = nullptr) const;
 
   // Fills pinned_objects/pinned_bytes (distinct objects that live pins
   // name and whose header verifies; entries pointing at anything else are
@@ -115,8 +129,11 @@ class PinTables {
     uint64_t token = 0;
     std::string client_id;
     absl::Time lease_end;
+    absl::Time freed_at = absl::InfinitePast();
     proto::KvClientStats stats;
   };
+  // Zeroes a session's table word by word (a client may still be writing).
+  void ZeroTableLocked(uint32_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A live entry's object: its pool offset and size.
   struct PinnedObject {
     uint64_t offset;

@@ -45,9 +45,9 @@
 //
 // BeginEviction sets the slab's SlabMeta.evicting word in the pool (clients
 // read it when they pin); only Grant clears it again (and the touched word),
-// just before the slab is handed out, or RequeueEviction when the evictor
-// found a live pin. A slab being evicted is never freed by Reclaim until
-// the eviction ends. REGION slabs, and slabs a freed region left SEALED,
+// just before the slab is handed out, or Requeue(clear_evicting) when the
+// evictor found a live pin. A slab being evicted is never freed by Reclaim
+// until the eviction ends. REGION slabs, and slabs a freed region left SEALED,
 // are never eviction candidates.
 //
 // Thread-safety: SlabManager is thread-safe. Reclaim() passes are serialised.
@@ -81,7 +81,11 @@ inline constexpr absl::Duration kLeaseMargin = absl::Seconds(6);
 // Added to max_read_lease to form the reclamation grace.
 inline constexpr absl::Duration kReclaimMargin = absl::Milliseconds(500);
 inline constexpr absl::Duration kDefaultSlabLease = absl::Seconds(10);
-inline constexpr absl::Duration kDefaultMaxReadLease = absl::Seconds(2);
+// A GET takes microseconds to milliseconds; this bounds a slow one. It also
+// bounds sustained write throughput on a full pool: freed memory is reused
+// only a grace (this + kReclaimMargin) later, so writes can run at most
+// (free + reclaimable bytes) / grace.
+inline constexpr absl::Duration kDefaultMaxReadLease = absl::Milliseconds(500);
 // Leases travel as uint32 milliseconds (GrantSlabReply.lease_ms); this also
 // bounds max_read_lease (NodeInfo.max_read_lease_ms).
 inline constexpr int64_t kMaxLeaseMs = int64_t{24} * 3600 * 1000;

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
+#include "store/slab_manager.h"
 
 namespace meshpool::store {
 
@@ -56,7 +57,7 @@ struct NodeOptions {
   absl::Duration slab_lease = absl::Seconds(10);
   // The longest a GET may take; published in NodeInfo. Freed memory is reused
   // only after max_read_lease + kReclaimMargin.
-  absl::Duration max_read_lease = absl::Seconds(2);
+  absl::Duration max_read_lease = kDefaultMaxReadLease;
   // Reclamation passes run this often while there is work, and back off to
   // kIdleReclaimFactor times it while there is none.
   absl::Duration reclaim_interval = absl::Milliseconds(200);

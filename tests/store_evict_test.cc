@@ -444,18 +444,18 @@ absl::Duration RetryAfter(const absl::StatusOr<SlabGrant>& g) {
 TEST_F(EvictTest,
        GrantOnAFullPoolSaysWhenToRetryThenSucceedsAfterEvictionAndGrace) {
   for (uint64_t i = 0; i < kSlabs; ++i) FillSlab();
-  // Evict next pass (200 ms), seen unreferenced, a grace (2.5 s), the pass
-  // after that frees it: 2 x 200 ms + 2500 ms.
-  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(2900));
+  // Evict next pass (200 ms), seen unreferenced, a grace (1 s), the pass
+  // after that frees it: 2 x 200 ms + 1000 ms.
+  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(1400));
   EXPECT_EQ(wakes_, 1) << "a full pool wakes the loop at once";
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.evicted, 2u);
   // Evicted, not yet reclaimed: still no slab, with a shorter hint once a
   // pass has seen them unreferenced.
-  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(2900));
+  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(1400));
   slabs_->Reclaim();
-  now_ += absl::Seconds(1);
-  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(1700));
+  now_ += absl::Milliseconds(500);  // half the grace: 500 ms + a pass left
+  EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(700));
   now_ += slabs_->grace();
   slabs_->Reclaim();
   absl::StatusOr<SlabGrant> g = evictor_->Grant("writer");
@@ -469,7 +469,7 @@ TEST_F(EvictTest, FullPoolWithOnlyLeasedSlabsRetriesAfterTheLeasesEnd) {
   now_ += absl::Seconds(1);
   // Lease 10 s + margin 6 s from the grants, then evicted, seen, a grace.
   EXPECT_EQ(RetryAfter(evictor_->Grant("writer")),
-            absl::Seconds(15) + absl::Milliseconds(2900));
+            absl::Seconds(15) + absl::Milliseconds(1400));
 }
 
 TEST_F(EvictTest, GrantIsResourceExhaustedWhenEverySlabHoldsALivePin) {

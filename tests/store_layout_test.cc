@@ -86,7 +86,7 @@ TEST(StoreLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->index_offset, kSuperblockBytes);
   EXPECT_EQ(layout->bucket_count, (256ull << 20) / 4096);
-  EXPECT_EQ(layout->slab_bytes, 16ull << 20);
+  EXPECT_EQ(layout->slab_bytes, 4ull << 20);  // pool / 64
   EXPECT_GE(layout->slab_area_offset,
             layout->index_offset + layout->bucket_count * kBucketBytes);
   EXPECT_LE(layout->slab_offset(layout->slab_count), layout->pool_bytes);
@@ -155,8 +155,8 @@ TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
   EXPECT_EQ(small->pins_per_session, kMinPinsPerSession);
   absl::StatusOr<PoolLayout> gib = ComputeLayout(uint64_t{1} << 30);
   ASSERT_TRUE(gib.ok()) << gib.status();
-  // 1 GiB / 64 / (16 B x 64 sessions) = 16384 entries each.
-  EXPECT_EQ(gib->pins_per_session, 16384u);
+  // 1 GiB / 64 / (16 B x 256 sessions) = 4096 entries each.
+  EXPECT_EQ(gib->pins_per_session, 4096u);
   absl::StatusOr<PoolLayout> huge = ComputeLayout(uint64_t{1} << 40);
   ASSERT_TRUE(huge.ok()) << huge.status();
   EXPECT_EQ(huge->pins_per_session, kMaxPinsPerSession);

@@ -1,7 +1,8 @@
 // store/: a Node end to end, with an in-process coordinator and the TCP
 // transport on 127.0.0.1.
-#include <sys/socket.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,13 +14,11 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
-#include "absl/synchronization/notification.h"
-#include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/common.h"
+#include "gtest/gtest.h"
 #include "placement/placement.h"
 #include "placement/region_layout.h"
 #include "proto/proto.h"
@@ -143,9 +142,13 @@ TEST_F(NodeTest, RegistersAliveWithLayoutAndRegion) {
   EXPECT_GT(entry->info().layout().slab_count(), 0u);
   EXPECT_EQ(entry->info().pool().length(), kCapacity);
   EXPECT_NE(entry->info().pool().addr(), 0u);
-  ASSERT_EQ(entry->info().transport_addresses_size(), 1);
-  EXPECT_EQ(entry->info().transport_addresses(0).rfind("tcp://127.0.0.1:", 0), 0u);
-  EXPECT_EQ(entry->info().max_read_lease_ms(), 2000u);
+  // The network address first; then same-host clients' shared memory.
+  ASSERT_EQ(entry->info().transport_addresses_size(), 2);
+  EXPECT_EQ(entry->info().transport_addresses(0).rfind("tcp://127.0.0.1:", 0),
+            0u);
+  EXPECT_TRUE(rdma::IsLocalShmAddress(entry->info().transport_addresses(1)))
+      << entry->info().transport_addresses(1);
+  EXPECT_EQ(entry->info().max_read_lease_ms(), 500u);
   EXPECT_FALSE(entry->info().hostname().empty());
 }
 
@@ -167,7 +170,8 @@ TEST_F(NodeTest, ClientReadsSuperblockOneSidedly) {
   read.remote_addr = info.pool().addr();
   read.rkey = info.pool().rkey();
   rdma::Completion done;
-  ASSERT_TRUE(rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
+  ASSERT_TRUE(
+      rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
   Superblock sb;
   std::memcpy(&sb, buf.data(), sizeof(sb));
   EXPECT_EQ(sb.magic, kSuperblockMagic);
@@ -290,7 +294,8 @@ TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
   ASSERT_TRUE(client.ok()) << client.status();
   const uint64_t slot_offset = info.layout().index_offset() + 3 * kSlotBytes;
   const uint64_t word = EncodeSlot(0xab, 256, g->offset() + 64);
-  absl::StatusOr<uint64_t> old = CompareSwap(**client, info, slot_offset, 0, word);
+  absl::StatusOr<uint64_t> old =
+      CompareSwap(**client, info, slot_offset, 0, word);
   ASSERT_TRUE(old.ok()) << old.status();
   ASSERT_EQ(*old, 0u);
   // The lease runs out (node side: lease + margin) and a pass sees the slot.
@@ -350,7 +355,8 @@ TEST_F(NodeTest, ServesOverTheSimulatedFabric) {
   read.remote_addr = info.pool().addr();
   read.rkey = info.pool().rkey();
   rdma::Completion done;
-  ASSERT_TRUE(rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
+  ASSERT_TRUE(
+      rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
   EXPECT_EQ(sb.magic, kSuperblockMagic);
   EXPECT_EQ(sb.incarnation, info.incarnation());
 }
@@ -364,8 +370,9 @@ TEST_F(NodeTest, HandshakeOverTcpIsUnimplemented) {
   proto::HandshakeRequest request;
   request.set_transport("tcp");
   proto::HandshakeReply reply;
-  EXPECT_EQ(FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").code(),
+      absl::StatusCode::kUnimplemented);
 }
 
 TEST_F(NodeTest, RegistersAgainWhenCoordinatorForgetsIt) {
@@ -390,7 +397,8 @@ TEST_F(NodeTest, ShutdownIsIdempotentAndEndsWait) {
   (*node)->Shutdown();
   (*node)->Shutdown();
   (*node)->Wait();
-  EXPECT_EQ((*node)->Stats().slabs_total(), (*node)->info().layout().slab_count());
+  EXPECT_EQ((*node)->Stats().slabs_total(),
+            (*node)->info().layout().slab_count());
 }
 
 TEST_F(NodeTest, CapacityTooSmallIsInvalidArgument) {

@@ -147,9 +147,25 @@ TEST_F(SessionTest,
   EXPECT_NE(full.message().find("pin tables"), std::string::npos);
   ASSERT_TRUE(pins_->Close(open[2].session, open[2].token, {}).ok());
   ASSERT_TRUE(pins_->Close(open[0].session, open[0].token, {}).ok());
+  // Freed tables rest first (a dead client's late WRITE lands meanwhile).
+  EXPECT_EQ(pins_->Open("too soon").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  now_ += kPinTableQuarantine;
   // The table freed first comes back first.
   EXPECT_EQ(Open("d").session, open[2].session);
   EXPECT_EQ(Open("e").session, open[0].session);
+}
+
+TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
+  SessionGrant s = Open("c");
+  ASSERT_TRUE(pins_->Close(s.session, s.token, {}).ok());
+  // A late WRITE from the closed session, while the table rests.
+  WritePin(s, 1, layout_.slab_offset(1), kPinForever);
+  now_ += kPinTableQuarantine;
+  for (uint32_t i = 0; i < kSessions; ++i) {
+    SessionGrant again = Open("next");
+    if (again.session == s.session) EXPECT_TRUE(TableIsZero(again));
+  }
 }
 
 TEST_F(SessionTest, CloseZeroesTheTable) {

@@ -137,7 +137,8 @@ int RunNode(int argc, char** argv) {
   flags.Define("index-buckets", "0", "index buckets of 8 slots (0: pool/4KiB)");
   flags.Define("slab-lease", "10s",
                "how long a client may fill a granted slab");
-  flags.Define("read-lease", "2s", "longest GET; freed memory waits this long");
+  flags.Define("read-lease", "500ms",
+               "longest GET; freed memory waits this long");
   flags.DefineBool("no-huge-pages", "do not try 2 MiB huge pages");
   flags.DefineBool("no-shm",
                    "do not serve same-host clients over shared memory");
@@ -228,6 +229,7 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
   for (std::string& arg : EvictionArgs(node)) {
     options.node_args.push_back(std::move(arg));
   }
+  if (flags.GetBool("no-shm")) options.node_args.push_back("--no-shm");
   return options;
 }
 
@@ -238,6 +240,9 @@ void DefineClusterFlags(Flags& flags, const char* default_port) {
   flags.DefineBool("verbose", "show the nodes' and coordinator's logs");
   DefineTransportFlags(flags, /*with_transport=*/true);
   DefineEvictionFlags(flags);
+  flags.DefineBool("no-shm",
+                   "nodes do not serve this host's clients over shared "
+                   "memory (they then use the network transport)");
 }
 
 }  // namespace

@@ -13,11 +13,13 @@
 // Error codes:
 //   InvalidArgument    - bad key (empty or over kMaxKeyBytes) or value (larger
 //                        than the largest object a slab holds).
-//   NotFound           - no such key (also: its node died and the map moved
-//   it). Unavailable        - retryable: a node or the coordinator is
-//   unreachable,
-//                        or died mid-operation. Retry after a short wait.
-//   ResourceExhausted  - the key's home node is full (pool or index buckets).
+//   NotFound           - no such key (also: its node died and the map
+//                        moved it, or memory pressure evicted it).
+//   Unavailable        - retryable: a node or the coordinator is
+//                        unreachable, or died mid-operation. Retry after a
+//                        short wait.
+//   ResourceExhausted  - the key's home node is full (everything pinned,
+//                        eviction off, or index buckets full).
 //   DataLoss           - the object never verified after repeated re-reads.
 //   OutOfRange         - Get into a buffer too small for the value.
 //
@@ -204,14 +206,19 @@ class BatchHandle {
   virtual void Wait() const = 0;
   // False when `timeout` passed first.
   virtual bool WaitFor(absl::Duration timeout) const = 0;
-  // One status per key, in order. REQUIRES: done().
+  // One status per key, in order. REQUIRES: done(), or inside the
+  // batch's callback.
   virtual const std::vector<absl::Status>& statuses() const = 0;
   // GET: each value's length (0 where the status is not OK); PUT: the
-  // value sizes stored. REQUIRES: done().
+  // value sizes stored. REQUIRES: as statuses().
   virtual const std::vector<size_t>& lengths() const = 0;
 };
-// Runs once, on a client thread, when the batch is done. It must not block
-// for long (it holds up other completions) and may start new batches.
+// Runs once, on a client thread, when every key of the batch has its
+// result: statuses() and lengths() are final and may be read. done() turns
+// true (and waiters wake) only after it returns, so a waiter may free what
+// the callback uses; do not Wait() on the batch inside its own callback. It
+// must not block for long (it holds up other completions) and may start
+// new batches.
 using BatchCallback = std::function<void(const BatchHandle&)>;
 
 // Stripe size of a region created with RegionOptions.stripe_bytes = 0 (the
