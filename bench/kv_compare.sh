@@ -18,7 +18,7 @@
 #   SYSTEMS [redis,memcached,meshpool,meshpool-shm] (meshpool: nodes over tcp
 #   with --no-shm; meshpool-shm: a second cluster serving this host over
 #   shared memory)
-#   NODES [3] meshpool nodes, CAPACITY [1GiB] pool per node (resident: the
+#   NODES [3] meshpool nodes, CAPACITY [2GiB] pool per node (resident: the
 #   nodes fault their pools in), TRANSPORT [tcp] (tcp, verbs or auto)
 #   SERVER_MEMORY_MB [4096]: redis maxmemory and memcached -m (caps; they
 #   use what the working sets need)
@@ -119,7 +119,7 @@ fi
 start_meshpool() {
   local log="$1"
   shift
-  "$meshpool" up --port 0 --nodes "${NODES:-3}" --capacity "${CAPACITY:-1GiB}" \
+  "$meshpool" up --port 0 --nodes "${NODES:-3}" --capacity "${CAPACITY:-2GiB}" \
     --transport "${TRANSPORT:-tcp}" "$@" > "$log" 2>&1 &
   pids+=($!)
   coordinator=""
@@ -156,7 +156,7 @@ args+=(--iperf3 "127.0.0.1:$port")
 echo "kv_compare.sh: $(redis-server --version 2> /dev/null | cut -d' ' -f1-3);" \
   "memcached $(memcached -V 2> /dev/null | cut -d' ' -f2);" \
   "$(iperf3 --version 2> /dev/null | head -1 | cut -d' ' -f1-2);" \
-  "meshpool ${NODES:-3} nodes x ${CAPACITY:-1GiB} over ${TRANSPORT:-tcp};" \
+  "meshpool ${NODES:-3} nodes x ${CAPACITY:-2GiB} over ${TRANSPORT:-tcp};" \
   "$(nproc) CPUs"
 rc=0
 # In the background, so a signal to this script runs the traps at once; the

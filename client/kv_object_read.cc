@@ -14,8 +14,12 @@ ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
   r.offset = store::DecodeSlot(word).offset;
   r.length = s.ObjectReadLength(word);
   uint64_t value_at = store::ValueOffset(key.key.size());
-  r.direct = allow_direct && target.lkey.has_value() && !target.out.empty() &&
-             r.length > value_at;
+  // Over tcp every READ is a request the node's responder handles: below
+  // kZeroCopyMinBytes one staged READ and a copy beat three READs.
+  const bool small_over_tcp = s.node().transport().name() == "tcp" &&
+                              target.out.size() < kZeroCopyMinBytes;
+  r.direct = allow_direct && !small_over_tcp && target.lkey.has_value() &&
+             !target.out.empty() && r.length > value_at;
   r.head_at = *cursor;
   if (!r.direct) {
     r.head_len = r.length;

@@ -495,6 +495,77 @@ TEST_F(KvCacheSimTest, PutIntoAFullyPinnedPoolIsResourceExhausted) {
   }
 }
 
+// The slab table's evicting word of the slab holding `key`'s object on
+// `node` (in-process: the node's pool is this process's memory), as the
+// evictor sets it when it starts evicting that slab.
+uint64_t* EvictingWordOf(const store::Node& node, absl::string_view key) {
+  const proto::NodeInfo& info = node.info();
+  const proto::PoolLayout& l = info.layout();
+  store::PoolLayout layout{l.pool_bytes(),       l.index_offset(),
+                           l.bucket_count(),     l.slab_area_offset(),
+                           l.slab_bytes(),       l.slab_count(),
+                           l.slab_meta_offset(), l.pin_area_offset(),
+                           l.pin_sessions(),     l.pins_per_session()};
+  char* pool = reinterpret_cast<char*>(info.pool().addr());
+  store::KeyHash hash = store::HashKey(key);
+  store::BucketPair pair = store::BucketsFor(hash, layout.bucket_count);
+  for (uint64_t bucket : {pair.first, pair.second}) {
+    const uint64_t* slots =
+        reinterpret_cast<const uint64_t*>(pool + layout.bucket_offset(bucket));
+    for (size_t i = 0; i < store::kSlotsPerBucket; ++i) {
+      if (slots[i] == 0) continue;
+      store::Slot slot = store::DecodeSlot(slots[i]);
+      if (slot.fingerprint != store::Fingerprint(hash)) continue;
+      uint64_t slab = layout.slab_of(slot.offset);
+      return reinterpret_cast<uint64_t*>(pool + layout.slab_meta(slab));
+    }
+  }
+  return nullptr;
+}
+
+TEST_F(KvCacheSimTest, APinThatDoesNotHoldLeavesTheEarlierPinInPlace) {
+  StartNodes(1);
+  auto c = Connect("engine");
+  std::vector<std::string> key = {"twice"};
+  PutAll(*c, key, 4096);
+  ASSERT_TRUE(c->Pin(Views(key), kHardPin)[0].ok());
+  uint64_t* evicting = EvictingWordOf(*nodes_[0], key[0]);
+  ASSERT_NE(evicting, nullptr);
+  // The evictor marked the slab after the first pin landed (it will see
+  // that pin and keep the slab): a second pin now does not hold...
+  *evicting = 1;
+  EXPECT_EQ(c->Pin(Views(key), absl::Seconds(5))[0].code(),
+            absl::StatusCode::kNotFound);
+  *evicting = 0;
+  // ...and the first one still does.
+  EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 1u);
+  EXPECT_TRUE(c->Unpin(Views(key))[0].ok());
+  EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 0u);
+}
+
+TEST_F(KvCacheSimTest, PrefixMatchLeavesNoPinsPastThePrefixItReturns) {
+  StartNodes(1);
+  auto c = Connect("engine");
+  // Blocks of over half a slab: each in its own slab.
+  const size_t kBig = kSlab / 2 + 4096;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back(absl::StrCat("chain-", i));
+  PutAll(*c, keys, kBig);
+  uint64_t* evicting = EvictingWordOf(*nodes_[0], keys[2]);
+  ASSERT_NE(evicting, nullptr);
+  *evicting = 1;  // block 2 is being evicted
+  absl::StatusOr<size_t> n = c->PrefixMatch(Views(keys), kHardPin);
+  *evicting = 0;
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 2u);
+  // Blocks 0 and 1 are pinned; 3 and 4 (past the prefix) are not.
+  EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 2u);
+  std::vector<absl::string_view> tail = {keys[3], keys[4]};
+  for (const absl::Status& s : c->Unpin(tail)) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  }
+}
+
 TEST_F(KvCacheSimTest, ConcurrentEnginesShareBlocks) {
   StartNodes(2);
   constexpr int kEngines = 4;
