@@ -156,6 +156,20 @@ EvictRound Evictor::RunOnce() {
   return round;
 }
 
+void Evictor::ForEachSlot(
+    const std::function<void(uint64_t slot_offset, uint64_t word)>& fn) const {
+  const PoolLayout& l = slabs_->layout();
+  uint64_t* index =
+      reinterpret_cast<uint64_t*>(const_cast<char*>(pool_ + l.index_offset));
+  const uint64_t words = l.bucket_count * kSlotsPerBucket;
+  for (uint64_t i = 0; i < words; ++i) {
+    // Clients CAS these words one-sidedly: read them atomically.
+    const uint64_t word =
+        std::atomic_ref<uint64_t>(index[i]).load(std::memory_order_acquire);
+    if (word != 0) fn(l.index_offset + i * kSlotBytes, word);
+  }
+}
+
 absl::flat_hash_set<uint64_t> Evictor::ReferencedObjects(
     const std::vector<uint64_t>& slabs) const {
   const PoolLayout& l = slabs_->layout();
@@ -164,17 +178,11 @@ absl::flat_hash_set<uint64_t> Evictor::ReferencedObjects(
     if (s < l.slab_count) wanted[s] = true;
   }
   absl::flat_hash_set<uint64_t> out;
-  uint64_t* index =
-      reinterpret_cast<uint64_t*>(const_cast<char*>(pool_ + l.index_offset));
-  const uint64_t words = l.bucket_count * kSlotsPerBucket;
-  for (uint64_t i = 0; i < words; ++i) {
-    const uint64_t word =
-        std::atomic_ref<uint64_t>(index[i]).load(std::memory_order_acquire);
-    if (word == 0) continue;
+  ForEachSlot([&](uint64_t, uint64_t word) {
     const uint64_t offset = DecodeSlot(word).offset;
     const uint64_t slab = l.slab_of(offset);
     if (slab < l.slab_count && wanted[slab]) out.insert(offset);
-  }
+  });
   return out;
 }
 
@@ -221,16 +229,9 @@ absl::Status Evictor::Unlink(const std::vector<uint64_t>& slabs,
   };
   // (3): one scan of the index for every slot pointing into the batch.
   std::vector<SlotClear> todo;
-  uint64_t* index =
-      reinterpret_cast<uint64_t*>(const_cast<char*>(pool_ + l.index_offset));
-  const uint64_t words = l.bucket_count * kSlotsPerBucket;
-  for (uint64_t i = 0; i < words; ++i) {
-    const uint64_t word =
-        std::atomic_ref<uint64_t>(index[i]).load(std::memory_order_acquire);
-    if (word != 0 && in_target(word)) {
-      todo.push_back({l.index_offset + i * kSlotBytes, word});
-    }
-  }
+  ForEachSlot([&](uint64_t slot_offset, uint64_t word) {
+    if (in_target(word)) todo.push_back({slot_offset, word});
+  });
   std::vector<uint64_t> cleared(l.slab_count, 0);
   for (int pass = 0; pass < kMaxClearRounds && !todo.empty(); ++pass) {
     std::vector<SlotClear> again;

@@ -135,6 +135,9 @@ class Evictor {
   std::vector<uint64_t> Select(std::vector<uint64_t>& queue, size_t& next,
                                uint64_t want, const std::vector<bool>& pinned,
                                std::vector<bool>& chanced, EvictRound& round);
+  // Calls fn(pool offset of the slot, word) for every occupied index slot.
+  void ForEachSlot(
+      const std::function<void(uint64_t slot_offset, uint64_t word)>& fn) const;
   // Pool offsets of the objects index slots point at, within `slabs`.
   absl::flat_hash_set<uint64_t> ReferencedObjects(
       const std::vector<uint64_t>& slabs) const;
