@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -109,9 +110,22 @@ class KvIntegrationTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// Whether this process maps a node's pool (the shared-memory path).
+bool MapsANodePool() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (absl::StrContains(line, "memfd:meshpool-pool")) return true;
+  }
+  return false;
+}
+
 TEST_F(KvIntegrationTest, FillToThreeTimesThePoolOnlyMisses) {
   std::vector<std::string> keys = Keys("fill", 3 * 2 * kCapacity / kBlock);
   PutAll(keys);
+  // The shm build reaches the nodes through their memory; the others must
+  // not (they test their own transport).
+  EXPECT_EQ(MapsANodePool(), testing::kTestTransport == "shm");
   size_t found = GetAll(keys);
   EXPECT_GT(found, 0u);
   EXPECT_LT(found, keys.size() / 2);
@@ -184,6 +198,59 @@ TEST_F(KvIntegrationTest, PinsOfAKilledClientLapseAndLiveOnesHold) {
   testing::ShellResult stat = Meshpool("stat");
   EXPECT_EQ(stat.exit_code, 0) << stat.output;
   EXPECT_TRUE(absl::StrContains(stat.output, "PINNED")) << stat.output;
+}
+
+// A same-host client of nodes that also serve shared memory: data moves by
+// memcpy, while every atomic (publishing CASes, region atomics) goes
+// through the nodes' own transport — on verbs, the device, since its
+// atomics are not atomic with the CPU's — and eviction still works.
+TEST(KvSameHostTest, SharedMemoryClientKeepsAtomicsOnTheNodesTransport) {
+  tools::LocalClusterOptions options;
+  options.nodes = 1;
+  options.capacity_bytes = kCapacity;
+  options.node_args = {"--slab-size", "1MiB",         "--read-lease",
+                       "300ms",       "--slab-lease", "3s"};
+  auto cluster = testing::StartCluster(options, /*same_host_shm=*/true);
+  ASSERT_NE(cluster, nullptr);
+  auto client = testing::ConnectClient(cluster->coordinator_address());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Put("k", "v").ok());
+  EXPECT_TRUE(MapsANodePool()) << "the client did not take the shm path";
+  EXPECT_EQ(*client->Get("k"), "v");
+  // Region atomics from two clients interleave on one word.
+  auto region = client->CreateRegion("counter", 4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto other = testing::ConnectClient(cluster->coordinator_address());
+  auto other_region = other->OpenRegion("counter");
+  ASSERT_TRUE(other_region.ok()) << other_region.status();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE((*region)->FetchAdd(0, 1).ok());
+    ASSERT_TRUE((*other_region)->FetchAdd(0, 2).ok());
+  }
+  EXPECT_EQ(*(*region)->FetchAdd(0, 0), 150u);
+  auto swapped = (*other_region)->CompareAndSwap(0, 150, 7);
+  ASSERT_TRUE(swapped.ok());
+  EXPECT_EQ(*swapped, 150u);
+  EXPECT_EQ(*(*region)->FetchAdd(0, 0), 7u);
+  // Batches, a fill past the pool (eviction), and pins.
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < 3 * kCapacity / kBlock; ++i) {
+    keys.push_back(absl::StrCat("same-host-", i));
+  }
+  std::vector<std::string> first = {keys.front()};
+  for (size_t i = 0; i < keys.size(); i += 32) {
+    std::vector<std::string> k(keys.begin() + i,
+                               keys.begin() + std::min(keys.size(), i + 32));
+    std::vector<std::string> v;
+    for (const auto& key : k) v.push_back(testing::MakeValue(key, 1, kBlock));
+    for (const absl::Status& st : client->BatchPut(Views(k), Views(v))) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    if (i == 0) ASSERT_TRUE(client->Pin(Views(first), kHardPin)[0].ok());
+  }
+  EXPECT_EQ(*client->Get(keys.front()),
+            testing::MakeValue(keys.front(), 1, kBlock));
+  EXPECT_EQ(client->Get(keys[40]).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(KvIntegrationTest, PrefixCommandCountsLeadingKeys) {

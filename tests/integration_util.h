@@ -25,15 +25,17 @@ inline const bool kVerbsEnvironmentAdded =
     kTestTransport == "verbs" &&
     ::testing::AddGlobalTestEnvironment(new VerbsEnvironment) != nullptr;
 
+// `same_host_shm`: the nodes also serve this host over shared memory even
+// in the tcp and verbs builds (the shm build always does).
 inline std::unique_ptr<tools::LocalCluster> StartCluster(
-    tools::LocalClusterOptions options) {
+    tools::LocalClusterOptions options, bool same_host_shm = false) {
   options.binary = MESHPOOL_BINARY;
   if (kTestTransport == "shm") {
     options.node_args.insert(options.node_args.begin(), {"--transport", "tcp"});
   } else {
-    options.node_args.insert(
-        options.node_args.begin(),
-        {"--transport", std::string(kTestTransport), "--no-shm"});
+    options.node_args.insert(options.node_args.begin(),
+                             {"--transport", std::string(kTestTransport)});
+    if (!same_host_shm) options.node_args.push_back("--no-shm");
   }
   auto cluster = tools::LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
