@@ -26,18 +26,6 @@ struct KeyState {
   bool done = false;
 };
 
-// Adds a WRITE of a nonzero word (at `one`, in staging) to the slab table
-// entry of the slab holding the object at `offset`, unless this client
-// touched that slab lately: what earns the slab the evictor's second chance.
-void AddTouch(Session& s, uint64_t offset, char* one,
-              std::vector<rdma::WorkRequest>& wrs) {
-  const store::PoolLayout& layout = s.node().layout();
-  if (layout.slab_meta_offset == 0) return;
-  uint64_t slab = layout.slab_of(offset);
-  if (slab >= layout.slab_count || !s.node().ShouldTouch(slab)) return;
-  s.AddWrite(wrs, one, layout.slab_meta(slab) + 8, 8);
-}
-
 // The single-key path, for a key whose batched read was torn or slow: it
 // re-reads the index until the value verifies.
 absl::StatusOr<size_t> GetOne(NodeConnection& node, const KeyRef& key,
@@ -91,7 +79,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     s.AddBucketReads(wrs, keys[i], base + i * kBucketPairBytes, &buckets[i]);
     if (states[i].hinted) {
       AddObjectReads(s, *states[i].hinted, base, targets[i], wrs);
-      AddTouch(s, states[i].hinted->offset, base + cursor, wrs);
+      s.AddTouch(wrs, states[i].hinted->offset, base + cursor);
     }
   }
   if (absl::Status st = s.Run(wrs); !st.ok()) return fail_rest({}, st);
@@ -139,7 +127,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   if (!wrs.empty()) {
     for (const KeyState& k : states) {
       if (!k.done && !k.reads.empty()) {
-        AddTouch(s, k.reads.front().offset, base + cursor, wrs);
+        s.AddTouch(wrs, k.reads.front().offset, base + cursor);
       }
     }
     if (absl::Status st = s.Run(wrs); !st.ok()) return fail_rest(states, st);

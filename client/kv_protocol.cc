@@ -30,9 +30,13 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
   uint64_t total = 0;
   CandidatePlan plan = PlanCandidates(s, key, b, &total);
   if (plan.slots.empty()) return absl::NotFoundError("key not found");
-  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(total));
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(total + 8));
+  const uint64_t one = 1;
+  std::memcpy(staging.data() + total, &one, 8);
   std::vector<rdma::WorkRequest> wrs;
   AddCandidateReads(s, b, plan, staging.data(), wrs);
+  s.AddTouch(wrs, store::DecodeSlot(b.words[plan.slots.front()]).offset,
+             staging.data() + total);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   return VerifyCandidates(s, key, b, plan, staging.data(), sink);
@@ -51,15 +55,20 @@ absl::Status ReadWithHint(Session& s, const KeyRef& key,
   *served = false;
   uint64_t length = s.ObjectReadLength(hint.word);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(kBucketPairBytes + length));
+                            s.Staging(kBucketPairBytes + length + 8));
+  const uint64_t one = 1;
+  char* one_at = staging.data() + kBucketPairBytes + length;
+  std::memcpy(one_at, &one, 8);
   std::vector<rdma::WorkRequest> wrs;
   s.AddBucketReads(wrs, key, staging.data(), b);
   s.AddRead(wrs, staging.data() + kBucketPairBytes,
             store::DecodeSlot(hint.word).offset, length);
+  s.AddTouch(wrs, store::DecodeSlot(hint.word).offset, one_at);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   std::memcpy(b->words, staging.data(), kBucketPairBytes);
   int slot = -1;
-  if (!HintHolds(key, *b, s.node().layout(), hint, &slot)) return absl::OkStatus();
+  if (!HintHolds(key, *b, s.node().layout(), hint, &slot))
+    return absl::OkStatus();
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::string_view value;
   absl::Status v = store::VerifyObject(
@@ -110,16 +119,17 @@ absl::Status ValidateKey(absl::string_view key) {
     return absl::InvalidArgumentError("empty key: keys are 1 to 4096 bytes");
   }
   if (key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key of ", key.size(), " bytes exceeds the limit of ", kMaxKeyBytes,
-        " bytes; hash long keys down first"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ",
+                     kMaxKeyBytes, " bytes; hash long keys down first"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CopyValueTo(absl::string_view value, absl::Span<char> out,
                          size_t* length) {
-  if (value.size() > out.size()) return BufferTooSmall(value.size(), out.size());
+  if (value.size() > out.size())
+    return BufferTooSmall(value.size(), out.size());
   // A zero-copy GET hands over a value already in `out`.
   if (!value.empty() && value.data() != out.data()) {
     std::memcpy(out.data(), value.data(), value.size());
@@ -141,8 +151,8 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
     std::optional<SlotCache::Hint> hint;
     if (attempt == 0) hint = node.slot_cache().Find(key.hash);
     if (hint.has_value() &&
-        !(direct != nullptr && store::DecodeSlot(hint->word).size_bound >=
-                                   kZeroCopyMinBytes)) {
+        !(direct != nullptr &&
+          store::DecodeSlot(hint->word).size_bound >= kZeroCopyMinBytes)) {
       bool served = false;
       absl::Status st = ReadWithHint(s, key, *hint, start, &b, sink, &served);
       if (served || !st.ok()) {
@@ -157,10 +167,9 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
     for (int c : b.Candidates(key, node.layout())) {
       largest = std::max(largest, store::DecodeSlot(b.words[c]).size_bound);
     }
-    absl::Status st =
-        direct != nullptr && largest >= kZeroCopyMinBytes
-            ? ReadCandidateDirect(s, key, b, start, *direct, sink)
-            : ReadCandidates(s, key, b, start, sink);
+    absl::Status st = direct != nullptr && largest >= kZeroCopyMinBytes
+                          ? ReadCandidateDirect(s, key, b, start, *direct, sink)
+                          : ReadCandidates(s, key, b, start, sink);
     if (!IsRetryableRead(st)) return st;
     slow = st.code() == absl::StatusCode::kDeadlineExceeded;
   }
@@ -250,11 +259,10 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
   uint64_t prefix = store::ValueOffset(key.key.size());
   uint64_t digests = 8 * store::DigestCount(value.size());
   Prefetch prefetch(s, key);
-  MESHPOOL_ASSIGN_OR_RETURN(
-      absl::Span<char> staging,
-      s.Staging(prefix + digests + 8 + prefetch.bytes()));
-  uint64_t checksum = store::EncodeObjectPrefix(
-      staging, key.key, value.size(), node.incarnation(), sequence);
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
+                            s.Staging(prefix + digests + 8 + prefetch.bytes()));
+  uint64_t checksum = store::EncodeObjectPrefix(staging, key.key, value.size(),
+                                                node.incarnation(), sequence);
   store::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =
       offset + store::DigestOffset(key.key.size(), value.size());
@@ -262,8 +270,8 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
   s.AddWrite(wrs, staging.data(), offset, prefix);
   s.AddWrite(wrs, value.data(), offset + prefix, value.size(), value_lkey);
   s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
-  s.AddRead(wrs, staging.data() + prefix + digests,
-            digest_offset + digests - 8, 8);
+  s.AddRead(wrs, staging.data() + prefix + digests, digest_offset + digests - 8,
+            8);
   prefetch.AddReads(staging.data() + prefix + digests + 8, wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   prefetch.Finish(p);
@@ -283,8 +291,8 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
                               node.Allocate(bytes));
     PutPrefetch p;
     MESHPOOL_RETURN_IF_ERROR(
-        gather ? WriteGatheredObject(s, node, key, value, *value_lkey,
-                                     sequence, a.offset(), &p)
+        gather ? WriteGatheredObject(s, node, key, value, *value_lkey, sequence,
+                                     a.offset(), &p)
                : WriteStagedObject(s, node, key, value, sequence, a.offset(),
                                    bytes, &p));
     uint64_t word =

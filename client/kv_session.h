@@ -115,6 +115,19 @@ class Session {
     return absl::OkStatus();
   }
 
+  // Adds a WRITE of the nonzero word at `one` (in staging) to the slab
+  // table's "touched" word of the slab holding the object at
+  // `object_offset`, unless this client touched that slab lately: what
+  // earns the slab the evictor's second chance.
+  void AddTouch(std::vector<rdma::WorkRequest>& wrs, uint64_t object_offset,
+                char* one) {
+    const store::PoolLayout& layout = node_.layout();
+    if (layout.slab_meta_offset == 0) return;
+    uint64_t slab = layout.slab_of(object_offset);
+    if (slab >= layout.slab_count || !node_.ShouldTouch(slab)) return;
+    AddWrite(wrs, one, layout.slab_meta(slab) + 8, 8);
+  }
+
   // Reads the key's two buckets.
   absl::Status ReadBuckets(const KeyRef& key, Buckets* b) {
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,

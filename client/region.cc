@@ -223,8 +223,7 @@ absl::Status RegionImpl::TransferWith(const Liveness& liveness,
   // One copy serves a read; a write goes to every live copy.
   MESHPOOL_RETURN_IF_ERROR(ForEachLiveCopy(
       liveness, offset, length, kind == TransferKind::kWrite,
-      [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
-          uint64_t) {
+      [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n, uint64_t) {
         transfer_for(extent).segments.push_back({local + at, pool_offset, n});
       }));
   for (NodeTransfer& t : transfers) {
@@ -247,8 +246,9 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
                             Resolve());
   // Every live copy of every stripe the range touches, by node.
-  std::vector<std::pair<std::shared_ptr<NodeConnection>,
-                        std::vector<VerifyPiece>>> by_node;
+  std::vector<
+      std::pair<std::shared_ptr<NodeConnection>, std::vector<VerifyPiece>>>
+      by_node;
   MESHPOOL_RETURN_IF_ERROR(ForEachLiveCopy(
       *liveness, offset, data.size(), /*all_copies=*/true,
       [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
@@ -304,7 +304,8 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
     }
   };
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < by_node.size(); ++i) threads.emplace_back(check_node, i);
+  for (size_t i = 1; i < by_node.size(); ++i)
+    threads.emplace_back(check_node, i);
   check_node(0);
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : results) MESHPOOL_RETURN_IF_ERROR(s);

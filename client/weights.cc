@@ -59,7 +59,8 @@ class WeightStore::Impl {
     const uint64_t first = begin / kWeightChunkBytes;
     const uint64_t last = (end - 1) / kWeightChunkBytes;  // inclusive
     const uint64_t span_begin = first * kWeightChunkBytes;
-    const uint64_t span_end = std::min(t.length, (last + 1) * kWeightChunkBytes);
+    const uint64_t span_end =
+        std::min(t.length, (last + 1) * kWeightChunkBytes);
     // Read whole chunks straight into `out` when the range is exactly
     // them; otherwise into scratch, then copy the range out.
     std::vector<char> scratch;
@@ -74,17 +75,20 @@ class WeightStore::Impl {
     const proto::WeightTensor& entry = manifest_.tensors(index);
     for (uint64_t c = first; c <= last; ++c) {
       uint64_t at = c * kWeightChunkBytes - span_begin;
-      uint64_t len = std::min(kWeightChunkBytes, t.length - c * kWeightChunkBytes);
+      uint64_t len =
+          std::min(kWeightChunkBytes, t.length - c * kWeightChunkBytes);
       if (XXH3_64bits(chunks.data() + at, len) != entry.chunk_digests(c)) {
         return absl::DataLossError(absl::StrCat(
             "tensor '", t.name, "' of model ", info_.name, ": chunk ", c,
-            " (bytes ", c * kWeightChunkBytes, "..", c * kWeightChunkBytes + len,
+            " (bytes ", c * kWeightChunkBytes, "..",
+            c * kWeightChunkBytes + len,
             ") does not match its digest; the model's memory was changed or "
             "reused: reload it (meshpool weights load --replace)"));
       }
     }
     if (!scratch.empty()) {
-      std::memcpy(out.data(), scratch.data() + (begin - span_begin), end - begin);
+      std::memcpy(out.data(), scratch.data() + (begin - span_begin),
+                  end - begin);
     }
     return absl::OkStatus();
   }
@@ -107,11 +111,10 @@ absl::StatusOr<proto::WeightManifest> ReadManifest(Region& region) {
         "region ", region.name(), " is too small to be a model; remove it"));
   }
   MESHPOOL_RETURN_IF_ERROR(region.Read(0, absl::MakeSpan(sb_bytes)));
-  MESHPOOL_ASSIGN_OR_RETURN(
-      client_internal::ModelSuperblock sb,
-      client_internal::DecodeSuperblock(
-          absl::string_view(sb_bytes, sizeof(sb_bytes)), region.size(),
-          region.name()));
+  MESHPOOL_ASSIGN_OR_RETURN(client_internal::ModelSuperblock sb,
+                            client_internal::DecodeSuperblock(
+                                absl::string_view(sb_bytes, sizeof(sb_bytes)),
+                                region.size(), region.name()));
   std::string bytes(sb.manifest_length, '\0');
   MESHPOOL_RETURN_IF_ERROR(
       region.Read(sb.manifest_offset, absl::MakeSpan(bytes)));
@@ -130,9 +133,10 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
   absl::StatusOr<std::unique_ptr<Region>> region =
       client.OpenRegion(client_internal::ModelRegionName(model));
   if (absl::IsNotFound(region.status())) {
-    return absl::NotFoundError(absl::StrCat(
-        "no model named ", model, " is loaded (meshpool weights ls lists "
-        "models; meshpool weights load loads one)"));
+    return absl::NotFoundError(
+        absl::StrCat("no model named ", model,
+                     " is loaded (meshpool weights ls lists "
+                     "models; meshpool weights load loads one)"));
   }
   MESHPOOL_RETURN_IF_ERROR(region.status());
   MESHPOOL_ASSIGN_OR_RETURN(proto::WeightManifest manifest,
@@ -158,11 +162,12 @@ absl::StatusOr<size_t> WeightStore::ReadTensor(
   MESHPOOL_ASSIGN_OR_RETURN(int i, impl_->Index(tensor));
   const TensorInfo& t = impl_->tensors()[i];
   if (out.size() < t.length) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "tensor '", t.name, "' is ", t.length, " bytes; the buffer holds ",
-        out.size()));
+    return absl::OutOfRangeError(
+        absl::StrCat("tensor '", t.name, "' is ", t.length,
+                     " bytes; the buffer holds ", out.size()));
   }
-  MESHPOOL_RETURN_IF_ERROR(impl_->ReadRange(i, 0, t.length, out, options.verify));
+  MESHPOOL_RETURN_IF_ERROR(
+      impl_->ReadRange(i, 0, t.length, out, options.verify));
   return static_cast<size_t>(t.length);
 }
 
@@ -172,14 +177,15 @@ absl::StatusOr<size_t> WeightStore::ReadTensorSlice(
   MESHPOOL_ASSIGN_OR_RETURN(int i, impl_->Index(tensor));
   const TensorInfo& t = impl_->tensors()[i];
   if (t.shape.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", t.name, "' is a scalar: it has no rows to slice; use "
-        "ReadTensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name,
+                     "' is a scalar: it has no rows to slice; use "
+                     "ReadTensor"));
   }
   if (row_begin > row_end || row_end > t.rows()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "rows [", row_begin, ", ", row_end, ") of tensor '", t.name,
-        "' which has ", t.rows(), " rows"));
+    return absl::OutOfRangeError(
+        absl::StrCat("rows [", row_begin, ", ", row_end, ") of tensor '",
+                     t.name, "' which has ", t.rows(), " rows"));
   }
   const uint64_t begin = row_begin * t.row_bytes();
   const uint64_t end = row_end * t.row_bytes();
@@ -188,7 +194,8 @@ absl::StatusOr<size_t> WeightStore::ReadTensorSlice(
         "rows [", row_begin, ", ", row_end, ") of tensor '", t.name, "' are ",
         end - begin, " bytes; the buffer holds ", out.size()));
   }
-  MESHPOOL_RETURN_IF_ERROR(impl_->ReadRange(i, begin, end, out, options.verify));
+  MESHPOOL_RETURN_IF_ERROR(
+      impl_->ReadRange(i, begin, end, out, options.verify));
   return static_cast<size_t>(end - begin);
 }
 
@@ -198,8 +205,8 @@ absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client) {
       client.ListRegions(client_internal::kModelRegionPrefix));
   std::vector<ModelInfo> models;
   for (const RegionDescription& r : regions) {
-    absl::string_view model =
-        absl::string_view(r.name).substr(client_internal::kModelRegionPrefix.size());
+    absl::string_view model = absl::string_view(r.name).substr(
+        client_internal::kModelRegionPrefix.size());
     // A region someone named "weights/..." that no loader could have made.
     if (!client_internal::ValidateModelName(model).ok()) continue;
     absl::StatusOr<std::unique_ptr<WeightStore>> store =
@@ -219,8 +226,9 @@ namespace {
 uint64_t Heartbeat(Region& region) {
   uint64_t beat = 0;
   if (region.size() < client_internal::kModelSuperblockBytes ||
-      !region.Read(client_internal::kLoadHeartbeatOffset,
-                   absl::MakeSpan(reinterpret_cast<char*>(&beat), 8))
+      !region
+           .Read(client_internal::kLoadHeartbeatOffset,
+                 absl::MakeSpan(reinterpret_cast<char*>(&beat), 8))
            .ok()) {
     return 0;
   }

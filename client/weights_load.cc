@@ -81,9 +81,9 @@ absl::StatusOr<std::vector<SafetensorsFile>> ParseInputs(
         for (const auto& t : f.tensors) {
           auto it = expected.find(t.name);
           if (it == expected.end() || it->second != shard) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                shard, ": tensor '", t.name, "' is not mapped to this file by ",
-                path));
+            return absl::InvalidArgumentError(
+                absl::StrCat(shard, ": tensor '", t.name,
+                             "' is not mapped to this file by ", path));
           }
           expected.erase(it);
         }
@@ -91,9 +91,9 @@ absl::StatusOr<std::vector<SafetensorsFile>> ParseInputs(
       }
       if (!expected.empty()) {
         const auto& [tensor, shard] = *expected.begin();
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": tensor '", tensor, "' is mapped to ", shard,
-            ", which does not contain it"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tensor '", tensor, "' is mapped to ", shard,
+                         ", which does not contain it"));
       }
       continue;
     }
@@ -126,8 +126,8 @@ struct WorkItem {
 
 struct Plan {
   std::vector<SafetensorsFile> files;
-  std::vector<uint64_t> file_base;      // region offset of each data buffer
-  std::vector<size_t> first_manifest;   // manifest index of each file's 1st
+  std::vector<uint64_t> file_base;     // region offset of each data buffer
+  std::vector<size_t> first_manifest;  // manifest index of each file's 1st
   proto::WeightManifest manifest;
   uint64_t manifest_offset = 0;
   uint64_t region_size = 0;
@@ -135,7 +135,8 @@ struct Plan {
   std::vector<WorkItem> items;
 };
 
-void AddItems(const SafetensorsFile& f, size_t file, std::vector<WorkItem>& out) {
+void AddItems(const SafetensorsFile& f, size_t file,
+              std::vector<WorkItem>& out) {
   WorkItem cur{file, 0, 0, 0};
   for (size_t t = 0; t < f.tensors.size(); ++t) {
     const auto& tensor = f.tensors[t];
@@ -217,9 +218,9 @@ class FileDescriptor {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return ErrnoToStatus(errno, absl::StrCat("read ", path));
       if (n == 0) {
-        return absl::OutOfRangeError(absl::StrCat(
-            path, " ended at byte ", offset + done,
-            ": it was truncated while loading"));
+        return absl::OutOfRangeError(
+            absl::StrCat(path, " ended at byte ", offset + done,
+                         ": it was truncated while loading"));
       }
       done += static_cast<size_t>(n);
     }
@@ -234,8 +235,7 @@ class FileDescriptor {
 // Copies work items into the staging region; shared by the workers.
 class Copier {
  public:
-  Copier(Client& client, Region& region, Plan& plan,
-         const LoadOptions& options)
+  Copier(Client& client, Region& region, Plan& plan, const LoadOptions& options)
       : client_(client), region_(region), plan_(plan), options_(options) {}
 
   absl::Status Run() {
@@ -261,7 +261,8 @@ class Copier {
     p.bytes_total = plan_.copy_bytes;
     p.files_total = plan_.files.size();
     for (size_t f = 0; f < plan_.files.size(); ++f) {
-      if (file_bytes_done_[f].load() == plan_.files[f].data_bytes) ++p.files_done;
+      if (file_bytes_done_[f].load() == plan_.files[f].data_bytes)
+        ++p.files_done;
     }
     options_.progress(p);
   }
@@ -281,8 +282,8 @@ class Copier {
     while (!stop_.load()) {
       size_t i = next_item_.fetch_add(1);
       if (i >= plan_.items.size()) return;
-      absl::Status s = CopyItem(plan_.items[i],
-                                absl::MakeSpan(buffer.get(), kLoadIoBytes));
+      absl::Status s =
+          CopyItem(plan_.items[i], absl::MakeSpan(buffer.get(), kLoadIoBytes));
       if (!s.ok()) return Fail(std::move(s));
     }
   }
@@ -319,8 +320,12 @@ class Copier {
   class ChunkDigester {
    public:
     ChunkDigester(const SafetensorsFile& f, Plan& plan, const WorkItem& item)
-        : f_(f), plan_(plan), file_(item.file), tensor_(item.first_tensor),
-          pos_(item.begin), state_(XXH3_createState()) {
+        : f_(f),
+          plan_(plan),
+          file_(item.file),
+          tensor_(item.first_tensor),
+          pos_(item.begin),
+          state_(XXH3_createState()) {
       XXH3_64bits_reset(state_.get());
     }
     void Feed(const char* p, uint64_t n) {
@@ -364,8 +369,9 @@ class Copier {
   std::atomic<size_t> next_item_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bytes_done_{0};
-  std::unique_ptr<std::atomic<uint64_t>[]> file_bytes_done_{
-      new std::atomic<uint64_t>[plan_.files.size()]()};
+  std::unique_ptr<std::atomic<uint64_t>[]> file_bytes_done_ {
+    new std::atomic<uint64_t>[ plan_.files.size() ]()
+  };
   absl::Mutex progress_mu_;
   absl::Time last_report_ ABSL_GUARDED_BY(progress_mu_) = absl::InfinitePast();
   absl::Mutex mu_;
@@ -379,9 +385,9 @@ absl::Status WriteVerified(Region& region, uint64_t offset,
   std::string back(bytes.size(), '\0');
   MESHPOOL_RETURN_IF_ERROR(region.Read(offset, absl::MakeSpan(back)));
   if (back != bytes) {
-    return absl::DataLossError(absl::StrCat(
-        "region ", region.name(), ": bytes at ", offset,
-        " read back differ from what was written"));
+    return absl::DataLossError(
+        absl::StrCat("region ", region.name(), ": bytes at ", offset,
+                     " read back differ from what was written"));
   }
   return absl::OkStatus();
 }
@@ -396,7 +402,8 @@ absl::Status Finish(Region& region, Plan& plan) {
   if (plan.manifest_offset + manifest.size() != plan.region_size) {
     return absl::InternalError("manifest size changed after planning");
   }
-  MESHPOOL_RETURN_IF_ERROR(WriteVerified(region, plan.manifest_offset, manifest));
+  MESHPOOL_RETURN_IF_ERROR(
+      WriteVerified(region, plan.manifest_offset, manifest));
   client_internal::ModelSuperblock sb;
   sb.manifest_offset = plan.manifest_offset;
   sb.manifest_length = manifest.size();
@@ -414,9 +421,9 @@ class LoadHeartbeat {
           absl::MutexLock l(&mu_);
           while (!stop_) {
             ++beat;
-            (void)region.Write(client_internal::kLoadHeartbeatOffset,
-                               absl::MakeConstSpan(
-                                   reinterpret_cast<const char*>(&beat), 8));
+            (void)region.Write(
+                client_internal::kLoadHeartbeatOffset,
+                absl::MakeConstSpan(reinterpret_cast<const char*>(&beat), 8));
             mu_.AwaitWithTimeout(absl::Condition(&stop_),
                                  client_internal::kLoadHeartbeatInterval);
           }
@@ -453,10 +460,12 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
                             ParseInputs(paths));
   const std::string target = client_internal::ModelRegionName(model);
   if (!options.replace) {
-    absl::StatusOr<std::unique_ptr<Region>> existing = client.OpenRegion(target);
+    absl::StatusOr<std::unique_ptr<Region>> existing =
+        client.OpenRegion(target);
     if (existing.ok()) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "model ", model, " is already loaded: pass --replace (LoadOptions."
+          "model ", model,
+          " is already loaded: pass --replace (LoadOptions."
           "replace) to replace it, or remove it first (meshpool weights rm)"));
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
@@ -464,7 +473,8 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
   MESHPOOL_ASSIGN_OR_RETURN(Plan plan, MakePlan(model, std::move(files)));
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Region> region,
-      client.CreateRegion(StagingName(model), plan.region_size, options.region));
+      client.CreateRegion(StagingName(model), plan.region_size,
+                          options.region));
   Copier copier(client, *region, plan, options);
   absl::Status s;
   {
@@ -477,9 +487,10 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
     // Best effort: a staging region left behind is removed by RemoveModel.
     (void)client.DeleteRegion(region->name());
     if (absl::IsAlreadyExists(s)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "model ", model, " was loaded by someone else meanwhile: pass "
-          "--replace to replace it"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("model ", model,
+                       " was loaded by someone else meanwhile: pass "
+                       "--replace to replace it"));
     }
     return s;
   }

@@ -56,9 +56,9 @@ absl::Status ValidateModelName(absl::string_view model) {
   }
   for (char c : model) {
     if (!ModelNameChar(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model name \"", model, "\" has '", std::string(1, c),
-          "': use letters, digits and ._-/:@+="));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model name \"", model, "\" has '", std::string(1, c),
+                       "': use letters, digits and ._-/:@+="));
     }
   }
   return absl::OkStatus();
@@ -89,8 +89,9 @@ absl::StatusOr<ModelSuperblock> DecodeSuperblock(absl::string_view bytes,
   static_assert(kModelSuperblockEncodedBytes == 6 * 8);
   if (bytes.size() < kModelSuperblockEncodedBytes ||
       std::memcmp(bytes.data(), kSuperblockMagic, 8) != 0) {
-    return Corrupt(region, "no model superblock (not a model region, or a "
-                           "load that never finished)");
+    return Corrupt(region,
+                   "no model superblock (not a model region, or a "
+                   "load that never finished)");
   }
   if (GetU64(bytes, 40) != XXH3_64bits(bytes.data(), 40)) {
     return Corrupt(region, "superblock checksum mismatch");
@@ -109,10 +110,10 @@ absl::StatusOr<ModelSuperblock> DecodeSuperblock(absl::string_view bytes,
       sb.manifest_offset > region_size ||
       sb.manifest_length > region_size - sb.manifest_offset ||
       sb.manifest_length > kMaxManifestBytes) {
-    return Corrupt(region, absl::StrCat("manifest at ", sb.manifest_offset,
-                                        " + ", sb.manifest_length,
-                                        " lies outside the region of ",
-                                        region_size, " bytes"));
+    return Corrupt(
+        region, absl::StrCat("manifest at ", sb.manifest_offset, " + ",
+                             sb.manifest_length, " lies outside the region of ",
+                             region_size, " bytes"));
   }
   return sb;
 }
@@ -141,8 +142,9 @@ absl::StatusOr<proto::WeightManifest> DecodeManifest(
       return Corrupt(region, absl::StrCat(what, " is unnamed or repeated"));
     }
     absl::StatusOr<DType> dtype = ParseSafetensorsDType(t.dtype());
-    if (!dtype.ok()) return Corrupt(region, absl::StrCat(what, ": ",
-                                                         dtype.status().message()));
+    if (!dtype.ok())
+      return Corrupt(region,
+                     absl::StrCat(what, ": ", dtype.status().message()));
     uint64_t elements = 1;
     for (uint64_t d : t.shape()) {
       if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / d) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/client_test_peer.h"
+#include "client/node_connection.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "placement/placement.h"
@@ -495,6 +496,11 @@ TEST_F(KvCacheSimTest, PutIntoAFullyPinnedPoolIsResourceExhausted) {
   }
 }
 
+// How often a client marks one slab read.
+absl::Duration NodeConnectionTouchInterval() {
+  return client_internal::NodeConnection::kTouchInterval;
+}
+
 // The slab table's evicting word of the slab holding `key`'s object on
 // `node` (in-process: the node's pool is this process's memory), as the
 // evictor sets it when it starts evicting that slab.
@@ -564,6 +570,31 @@ TEST_F(KvCacheSimTest, PrefixMatchLeavesNoPinsPastThePrefixItReturns) {
   for (const absl::Status& s : c->Unpin(tail)) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   }
+}
+
+TEST_F(KvCacheSimTest, ReadsMarkTheirSlabForTheSecondChance) {
+  StartNodes(1);
+  auto writer = Connect("writer");
+  std::vector<std::string> key = {"hot"};
+  PutAll(*writer, key, 4096);
+  uint64_t* touched = EvictingWordOf(*nodes_[0], key[0]) + 1;
+  std::string out(4096, '\0');
+  std::vector<absl::Span<char>> outs = {absl::MakeSpan(out)};
+  // A single-key Get, a batched one that finds the slot in the index, and
+  // (a second later: touches are rate-limited per slab) one served by the
+  // slot cache's hint: each marks the slab.
+  auto reader = Connect("reader");
+  *touched = 0;
+  ASSERT_TRUE(reader->Get(key[0], absl::MakeSpan(out)).ok());
+  EXPECT_NE(*touched, 0u) << "single-key Get";
+  auto batch_reader = Connect("batch-reader");
+  *touched = 0;
+  ASSERT_TRUE(batch_reader->BatchGet(Views(key), outs)[0].ok());
+  EXPECT_NE(*touched, 0u) << "BatchGet";
+  absl::SleepFor(NodeConnectionTouchInterval() + absl::Milliseconds(100));
+  *touched = 0;
+  ASSERT_TRUE(batch_reader->BatchGet(Views(key), outs)[0].ok());
+  EXPECT_NE(*touched, 0u) << "BatchGet through the slot cache";
 }
 
 TEST_F(KvCacheSimTest, ConcurrentEnginesShareBlocks) {
