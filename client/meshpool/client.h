@@ -191,7 +191,9 @@ absl::StatusOr<std::vector<std::string>> BlockKeys(
 // Pins: a pinned block is never evicted. `ttl` bounds a pin in time;
 // kHardPin never expires. Either kind lasts at most as long as the client
 // that made it: nodes drop a client's pins one session lease (10 s by
-// default) after it stops renewing (crash, exit, partition).
+// default) after it stops renewing (crash, exit, partition). A pin holds
+// the key's value as it was when pinned: replacing or deleting the key
+// ends its protection.
 inline constexpr absl::Duration kHardPin = absl::InfiniteDuration();
 
 // An asynchronous batch: the Async calls return at once with one of these;
@@ -333,15 +335,16 @@ class Client {
     virtual ~RegisteredBuffer() = default;
     virtual absl::Span<char> span() const = 0;
   };
-  // Registers [addr, addr + length) with the transport the cluster's nodes
-  // are reached by (verbs or tcp, from their addresses; a registration helps
-  // only operations on nodes of that transport). Afterwards, a Put
-  // whose value lies inside it and a Get whose output buffer lies inside it
-  // move values of at least 64 KiB straight between this memory and the
-  // node's pool, with no staging copy (a Get then takes one more round trip:
-  // header first, then the value). Smaller values are staged either way.
-  // InvalidArgument for a null or empty range. REQUIRES: registered ranges
-  // do not overlap.
+  // Registers [addr, addr + length) with every transport the cluster's
+  // live nodes are reached by (verbs, tcp, or shared memory for nodes on
+  // this host; a node that joins later over another transport gets staged
+  // transfers). Afterwards, batched puts and gets whose values or output
+  // buffers lie inside it move them straight between this memory and the
+  // nodes' pools at any size; single-key Put and Get do so for values of at
+  // least 64 KiB (a Get then takes one more round trip: header first).
+  // Over tcp, batched gets of values under 64 KiB are staged (one request
+  // instead of three). InvalidArgument for a null or empty range.
+  // REQUIRES: registered ranges do not overlap.
   absl::StatusOr<std::unique_ptr<RegisteredBuffer>> RegisterBuffer(
       void* addr, size_t length);
 
@@ -401,7 +404,7 @@ class Client {
 
   // How many leading keys are present: the longest prefix of `keys` the
   // pool holds (a later key present after a gap does not count). With a
-  // nonzero `pin_ttl` the matched keys are also pinned in the same step
+  // nonzero `pin_ttl` the matched keys are also pinned in the same call
   // (kHardPin: until Unpin), so they are not evicted before the engine
   // reads them; a key whose pin does not hold (it was being evicted) ends
   // the prefix there. Unavailable only when the first key's node cannot
