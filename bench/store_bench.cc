@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "store/layout.h"
+#include "format/layout.h"
 #include "store/pool.h"
 #include "store/slab_manager.h"
 
@@ -18,27 +18,28 @@ namespace {
 // GET does once its one batched READ of the two buckets has returned.
 void BM_IndexLookup(benchmark::State& state) {
   constexpr uint64_t kBuckets = 1 << 16;
-  std::vector<uint64_t> index(kBuckets * kSlotsPerBucket);
+  std::vector<uint64_t> index(kBuckets * format::kSlotsPerBucket);
   std::mt19937_64 rng(42);
   std::vector<std::string> keys(4096);
   for (size_t i = 0; i < keys.size(); ++i) {
     keys[i] = "user:" + std::to_string(rng());
-    KeyHash h = HashKey(keys[i]);
-    BucketPair b = BucketsFor(h, kBuckets);
-    index[b.first * kSlotsPerBucket + i % kSlotsPerBucket] =
-        EncodeSlot(Fingerprint(h), 256, kObjectAlign * (i + 1));
+    format::KeyHash h = format::HashKey(keys[i]);
+    format::BucketPair b = format::BucketsFor(h, kBuckets);
+    index[b.first * format::kSlotsPerBucket + i % format::kSlotsPerBucket] =
+        format::EncodeSlot(format::Fingerprint(h), 256,
+                           format::kObjectAlign * (i + 1));
   }
   size_t i = 0;
   for (auto _ : state) {
     const std::string& key = keys[i++ % keys.size()];
-    KeyHash h = HashKey(key);
-    BucketPair b = BucketsFor(h, kBuckets);
-    uint8_t fp = Fingerprint(h);
+    format::KeyHash h = format::HashKey(key);
+    format::BucketPair b = format::BucketsFor(h, kBuckets);
+    uint8_t fp = format::Fingerprint(h);
     uint64_t found = 0;
     for (uint64_t bucket : {b.first, b.second}) {
-      const uint64_t* slots = &index[bucket * kSlotsPerBucket];
-      for (size_t s = 0; s < kSlotsPerBucket; ++s) {
-        if (slots[s] != 0 && DecodeSlot(slots[s]).fingerprint == fp) {
+      const uint64_t* slots = &index[bucket * format::kSlotsPerBucket];
+      for (size_t s = 0; s < format::kSlotsPerBucket; ++s) {
+        if (slots[s] != 0 && format::DecodeSlot(slots[s]).fingerprint == fp) {
           found = slots[s];
         }
       }
@@ -49,7 +50,8 @@ void BM_IndexLookup(benchmark::State& state) {
 BENCHMARK(BM_IndexLookup);
 
 void BM_SlabGrantRelease(benchmark::State& state) {
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(256 << 20, 64 << 10);
+  absl::StatusOr<format::PoolLayout> layout =
+      format::ComputeLayout(256 << 20, 64 << 10);
   absl::StatusOr<Pool> pool = Pool::Create(256 << 20, false);
   if (!layout.ok() || !pool.ok()) {
     state.SkipWithError("cannot lay out the pool");
@@ -84,9 +86,9 @@ BENCHMARK(BM_SlabGrantRelease);
 void BM_EncodeObject(benchmark::State& state) {
   const std::string key = "bench-key";
   const std::string value(state.range(0), 'v');
-  std::vector<char> buffer(ObjectBytes(key.size(), value.size()));
+  std::vector<char> buffer(format::ObjectBytes(key.size(), value.size()));
   for (auto _ : state) {
-    EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
+    format::EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * state.range(0));
@@ -96,12 +98,12 @@ BENCHMARK(BM_EncodeObject)->Arg(4 << 10)->Arg(1 << 20);
 void BM_VerifyObject(benchmark::State& state) {
   const std::string key = "bench-key";
   const std::string value(state.range(0), 'v');
-  std::vector<char> buffer(ObjectBytes(key.size(), value.size()));
-  EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
-  const KeyHash hash = HashKey(key);
+  std::vector<char> buffer(format::ObjectBytes(key.size(), value.size()));
+  format::EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
+  const format::KeyHash hash = format::HashKey(key);
   for (auto _ : state) {
     absl::string_view got;
-    absl::Status s = VerifyObject(buffer, key, hash, 1, &got);
+    absl::Status s = format::VerifyObject(buffer, key, hash, 1, &got);
     if (!s.ok()) {
       state.SkipWithError("object did not verify");
       break;

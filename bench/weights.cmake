@@ -11,7 +11,7 @@ add_executable(weights_bench
   weights_bench_util.cc)
 target_include_directories(weights_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(weights_bench PRIVATE
-  meshpool_weights meshpool_client meshpool_tools meshpool_placement
+  meshpool_weights meshpool_client meshpool_tools meshpool_coordinator
   meshpool_rdma meshpool_store meshpool_proto meshpool_common
   PkgConfig::XXHASH absl::flat_hash_map absl::str_format absl::synchronization
   Threads::Threads)

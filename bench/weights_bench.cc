@@ -43,7 +43,7 @@
 #include "common/common.h"
 #include "meshpool/client.h"
 #include "meshpool/weights.h"
-#include "placement/placement.h"
+#include "placement/coordinator_client.h"
 #include "tools/flags.h"
 #include "tools/local_cluster.h"
 #include "tools/transport_flags.h"

@@ -11,7 +11,7 @@
 #include "client/node_connection.h"
 #include "client/region.h"
 #include "common/common.h"
-#include "store/slab_manager.h"
+#include "format/protocol.h"
 
 namespace meshpool {
 
@@ -32,11 +32,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     options.coordinator = env;
   }
   if (options.op_timeout <= absl::ZeroDuration() ||
-      options.op_timeout >= store::kLeaseMargin) {
+      options.op_timeout >= format::kLeaseMargin) {
     return absl::InvalidArgumentError(absl::StrCat(
         "op_timeout ", absl::FormatDuration(options.op_timeout),
         " must be positive and below the memory nodes' lease margin (",
-        absl::FormatDuration(store::kLeaseMargin), ")"));
+        absl::FormatDuration(format::kLeaseMargin), ")"));
   }
   if (options.batch_threads < 1 ||
       options.batch_threads > client_internal::kMaxBatchThreads) {

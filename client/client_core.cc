@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "placement/placement.h"
 
 namespace meshpool::client_internal {
 namespace {

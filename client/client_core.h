@@ -27,7 +27,7 @@
 #include "client/kv_protocol.h"
 #include "client/meshpool/client.h"
 #include "client/node_connection.h"
-#include "placement/placement.h"
+#include "placement/coordinator_client.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
 

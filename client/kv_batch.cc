@@ -35,11 +35,11 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
   std::vector<Probe> probes;
   uint64_t total = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    uint64_t want = store::ValueOffset(keys[i].key.size());
+    uint64_t want = format::ValueOffset(keys[i].key.size());
     for (int c : buckets[i].Candidates(keys[i], node.layout())) {
       uint64_t word = buckets[i].words[c];
       uint64_t length = std::min(want, s.ObjectReadLength(word));
-      probes.push_back({i, c, total, length, store::DecodeSlot(word).offset});
+      probes.push_back({i, c, total, length, format::DecodeSlot(word).offset});
       total += length;
     }
   }
@@ -53,7 +53,7 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
   enum : uint8_t { kAbsent, kPresent, kStale };
   std::vector<uint8_t> verdict(keys.size(), kAbsent);
   for (const Probe& p : probes) {
-    absl::Status v = store::VerifyHeaderAndKey(
+    absl::Status v = format::VerifyHeaderAndKey(
         absl::MakeConstSpan(staging->data() + p.at, p.length), keys[p.key].key,
         keys[p.key].hash, node.incarnation());
     if (v.ok()) {

@@ -48,21 +48,21 @@ void AddObjectWrites(Session& s, const NodeConnection& node, const KeyRef& key,
                      uint64_t* last_byte) {
   uint64_t at = it.alloc.offset();
   if (!it.gather) {
-    store::EncodeObject(absl::MakeSpan(base + it.stage_at, it.bytes), key.key,
-                        src.value, node.incarnation(), sequence);
+    format::EncodeObject(absl::MakeSpan(base + it.stage_at, it.bytes), key.key,
+                         src.value, node.incarnation(), sequence);
     s.AddWrite(wrs, base + it.stage_at, at, it.bytes);
     *last_byte = at + it.bytes;
     return;
   }
-  uint64_t prefix = store::ValueOffset(key.key.size());
-  uint64_t digests = 8 * store::DigestCount(src.value.size());
-  uint64_t checksum = store::EncodeObjectPrefix(
+  uint64_t prefix = format::ValueOffset(key.key.size());
+  uint64_t digests = 8 * format::DigestCount(src.value.size());
+  uint64_t checksum = format::EncodeObjectPrefix(
       absl::MakeSpan(base + it.stage_at, prefix), key.key, src.value.size(),
       node.incarnation(), sequence);
-  store::EncodeDigests(src.value, checksum,
-                       absl::MakeSpan(base + it.stage_at + prefix, digests));
+  format::EncodeDigests(src.value, checksum,
+                        absl::MakeSpan(base + it.stage_at + prefix, digests));
   uint64_t digest_at =
-      at + store::DigestOffset(key.key.size(), src.value.size());
+      at + format::DigestOffset(key.key.size(), src.value.size());
   s.AddWrite(wrs, base + it.stage_at, at, prefix);
   s.AddWrite(wrs, src.value.data(), at + prefix, src.value.size(), *src.lkey);
   s.AddWrite(wrs, base + it.stage_at + prefix, digest_at, digests);
@@ -106,7 +106,7 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   uint64_t cursor = 0;
   for (size_t i = 0; i < n; ++i) {
     Item& it = items[i];
-    it.bytes = store::ObjectBytes(keys[i].key.size(), sources[i].value.size());
+    it.bytes = format::ObjectBytes(keys[i].key.size(), sources[i].value.size());
     if (!node_failure.ok()) {
       results[i] = node_failure;
       continue;
@@ -122,11 +122,11 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     it.alloc = *std::move(a);
     it.live = true;
     it.gather = sources[i].lkey.has_value() && !sources[i].value.empty();
-    it.word = store::EncodeSlot(store::Fingerprint(keys[i].hash), it.bytes,
-                                it.alloc.offset());
+    it.word = format::EncodeSlot(format::Fingerprint(keys[i].hash), it.bytes,
+                                 it.alloc.offset());
     it.stage_at = cursor;
-    cursor += it.gather ? store::ValueOffset(keys[i].key.size()) +
-                              8 * store::DigestCount(sources[i].value.size())
+    cursor += it.gather ? format::ValueOffset(keys[i].key.size()) +
+                              8 * format::DigestCount(sources[i].value.size())
                         : it.bytes;
   }
   const uint64_t flush_at = cursor;
@@ -139,7 +139,7 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     it.hint = node.slot_cache().Find(keys[i].hash);
     if (it.hint.has_value()) {
       it.hint_at = cursor;
-      it.hint_len = std::min<uint64_t>(store::ValueOffset(keys[i].key.size()),
+      it.hint_len = std::min<uint64_t>(format::ValueOffset(keys[i].key.size()),
                                        s.ObjectReadLength(it.hint->word));
       cursor += it.hint_len;
     }
@@ -169,8 +169,8 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     if (!it.live) continue;
     s.AddBucketReads(wrs, keys[i], base + it.buckets_at, &it.b);
     if (it.hint.has_value()) {
-      s.AddRead(wrs, base + it.hint_at, store::DecodeSlot(it.hint->word).offset,
-                it.hint_len);
+      s.AddRead(wrs, base + it.hint_at,
+                format::DecodeSlot(it.hint->word).offset, it.hint_len);
     }
   }
   if (absl::Status st = s.Run(wrs); !st.ok()) return fail_live(st);
@@ -185,7 +185,7 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     std::memcpy(it.b.words, base + it.buckets_at, kBucketPairBytes);
     std::optional<SlotCache::Hint> verified;
     if (it.hint.has_value() &&
-        store::VerifyHeaderAndKey(
+        format::VerifyHeaderAndKey(
             absl::MakeConstSpan(base + it.hint_at, it.hint_len), keys[i].key,
             keys[i].hash, node.incarnation())
             .ok()) {

@@ -11,9 +11,9 @@ ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
   ObjectRead r;
   r.slot = slot;
   r.word = word;
-  r.offset = store::DecodeSlot(word).offset;
+  r.offset = format::DecodeSlot(word).offset;
   r.length = s.ObjectReadLength(word);
-  uint64_t value_at = store::ValueOffset(key.key.size());
+  uint64_t value_at = format::ValueOffset(key.key.size());
   // Over tcp every READ is a request the node's responder handles: below
   // kZeroCopyMinBytes one staged READ and a copy beat three READs.
   const bool small_over_tcp = s.node().transport().name() == "tcp" &&
@@ -54,8 +54,8 @@ namespace {
 absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
                                     const ObjectRead& r, const char* staging,
                                     const GetTarget& target) {
-  store::ObjectHeader h;
-  absl::Status head = store::VerifyHeaderAndKey(
+  format::ObjectHeader h;
+  absl::Status head = format::VerifyHeaderAndKey(
       absl::MakeConstSpan(staging + r.head_at, r.head_len), key.key, key.hash,
       s.node().incarnation(), &h);
   if (head.code() == absl::StatusCode::kOutOfRange) {
@@ -67,13 +67,13 @@ absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
   }
   // The slot's bound covers the whole object; a header claiming more is
   // torn or reused.
-  if (store::ObjectBytes(h.key_length, h.value_length) > r.length) {
+  if (format::ObjectBytes(h.key_length, h.value_length) > r.length) {
     return absl::AbortedError("object larger than its slot says");
   }
   // Digest bytes, counted from the value's start, lie in out[0, out_len)
   // followed by tail[0, tail_len).
-  uint64_t at = store::DigestOffset(h.key_length, h.value_length) - r.head_len;
-  uint64_t n = 8 * store::DigestCount(h.value_length);
+  uint64_t at = format::DigestOffset(h.key_length, h.value_length) - r.head_len;
+  uint64_t n = 8 * format::DigestCount(h.value_length);
   std::vector<char> digests(n);
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t p = at + i;
@@ -81,7 +81,7 @@ absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
         p < r.out_len ? target.out[p] : staging[r.tail_at + p - r.out_len];
   }
   absl::Span<const char> value(target.out.data(), h.value_length);
-  absl::Status v = store::VerifyValue(h, value, digests);
+  absl::Status v = format::VerifyValue(h, value, digests);
   if (!v.ok()) return absl::AbortedError("torn object");
   return static_cast<size_t>(h.value_length);
 }
@@ -95,8 +95,8 @@ absl::StatusOr<size_t> FinishObjectRead(Session& s, const KeyRef& key,
   if (r.direct) return FinishDirect(s, key, r, staging, target);
   absl::string_view value;
   absl::Status v =
-      store::VerifyObject(absl::MakeConstSpan(staging + r.head_at, r.head_len),
-                          key.key, key.hash, s.node().incarnation(), &value);
+      format::VerifyObject(absl::MakeConstSpan(staging + r.head_at, r.head_len),
+                           key.key, key.hash, s.node().incarnation(), &value);
   if (v.code() == absl::StatusCode::kOutOfRange) {
     return absl::AbortedError("object shorter than its slot says");
   }

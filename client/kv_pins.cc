@@ -9,28 +9,28 @@ namespace meshpool::client_internal {
 namespace {
 
 uint64_t ExpiryMs(uint64_t now_ms, absl::Duration ttl) {
-  if (ttl == absl::InfiniteDuration()) return store::kPinForever;
+  if (ttl == absl::InfiniteDuration()) return format::kPinForever;
   uint64_t ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(ttl));
-  return std::min(now_ms + std::max<uint64_t>(ms, 1), store::kPinForever - 1);
+  return std::min(now_ms + std::max<uint64_t>(ms, 1), format::kPinForever - 1);
 }
 
 // WRITEs each entry's new contents (one post, then a flush READ), and
 // records them locally (an empty entry is freed).
 absl::Status WriteEntries(
     Session& s, PinTable& table,
-    absl::Span<const std::pair<uint32_t, store::PinEntry>> entries) {
+    absl::Span<const std::pair<uint32_t, format::PinEntry>> entries) {
   if (entries.empty()) return absl::OkStatus();
   MESHPOOL_ASSIGN_OR_RETURN(
       absl::Span<char> staging,
-      s.Staging(store::kPinEntryBytes * entries.size() + 8));
+      s.Staging(format::kPinEntryBytes * entries.size() + 8));
   std::vector<rdma::WorkRequest> wrs;
   for (size_t j = 0; j < entries.size(); ++j) {
-    char* at = staging.data() + j * store::kPinEntryBytes;
-    std::memcpy(at, &entries[j].second, store::kPinEntryBytes);
+    char* at = staging.data() + j * format::kPinEntryBytes;
+    std::memcpy(at, &entries[j].second, format::kPinEntryBytes);
     s.AddWrite(wrs, at, table.entry_offset(entries[j].first),
-               store::kPinEntryBytes);
+               format::kPinEntryBytes);
   }
-  s.AddRead(wrs, staging.data() + store::kPinEntryBytes * entries.size(),
+  s.AddRead(wrs, staging.data() + format::kPinEntryBytes * entries.size(),
             table.entry_offset(entries.back().first), 8);
   absl::Status st = s.Run(wrs);
   for (const auto& [index, entry] : entries) {
@@ -60,7 +60,7 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
     return;
   }
   Session& s = *session;
-  const store::PoolLayout& layout = node.layout();
+  const format::PoolLayout& layout = node.layout();
   const uint64_t now_ms = node.session().NodeNowMs();
   const uint64_t expiry = ExpiryMs(now_ms, ttl);
   // Per pinned key: its entry, what the entry held before (restored if the
@@ -68,14 +68,14 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
   struct Pending {
     size_t key;
     uint32_t entry;
-    store::PinEntry previous;
-    store::PinEntry pin;
+    format::PinEntry previous;
+    format::PinEntry pin;
   };
   std::vector<Pending> pending;
   for (size_t i = 0; i < keys.size(); ++i) {
     // (An object outside the slab area is no object: never pinned.)
     if (found[i].word == 0 ||
-        layout.slab_of(store::DecodeSlot(found[i].word).offset) >=
+        layout.slab_of(format::DecodeSlot(found[i].word).offset) >=
             layout.slab_count) {
       results[i] = absl::NotFoundError("key not found");
       continue;
@@ -87,22 +87,22 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
     }
     // Pinning again never shortens this client's pin (a hard pin stays
     // hard).
-    store::PinEntry previous = (*table)->entry(*entry);
+    format::PinEntry previous = (*table)->entry(*entry);
     if (previous.object_offset != 0 &&
-        previous.expiry_ms != store::kPinForever &&
+        previous.expiry_ms != format::kPinForever &&
         previous.expiry_ms <= now_ms) {
       previous = {0, 0};  // lapsed: as good as free
     }
     pending.push_back({i,
                        *entry,
                        previous,
-                       {store::DecodeSlot(found[i].word).offset,
+                       {format::DecodeSlot(found[i].word).offset,
                         std::max(expiry, previous.expiry_ms)}});
     if (fresh != nullptr) (*fresh)[i] = previous.object_offset == 0;
   }
   if (pending.empty()) return;
   // Staging: entries | flush word | per key: slot word, evicting word.
-  const uint64_t entries_bytes = store::kPinEntryBytes * pending.size();
+  const uint64_t entries_bytes = format::kPinEntryBytes * pending.size();
   absl::StatusOr<absl::Span<char>> staging =
       s.Staging(entries_bytes + 8 + 16 * pending.size());
   auto forget = [&](const absl::Status& st) {
@@ -115,10 +115,11 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
   char* base = staging->data();
   std::vector<rdma::WorkRequest> wrs;
   for (size_t j = 0; j < pending.size(); ++j) {
-    std::memcpy(base + j * store::kPinEntryBytes, &pending[j].pin,
-                store::kPinEntryBytes);
-    s.AddWrite(wrs, base + j * store::kPinEntryBytes,
-               (*table)->entry_offset(pending[j].entry), store::kPinEntryBytes);
+    std::memcpy(base + j * format::kPinEntryBytes, &pending[j].pin,
+                format::kPinEntryBytes);
+    s.AddWrite(wrs, base + j * format::kPinEntryBytes,
+               (*table)->entry_offset(pending[j].entry),
+               format::kPinEntryBytes);
   }
   // On one endpoint a READ observes the WRITEs before it: the entries are
   // in node memory before the checks below are read.
@@ -145,7 +146,7 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
     }
     return;
   }
-  std::vector<std::pair<uint32_t, store::PinEntry>> restore;
+  std::vector<std::pair<uint32_t, format::PinEntry>> restore;
   for (size_t j = 0; j < pending.size(); ++j) {
     const Pending& p = pending[j];
     uint64_t slot, evicting;
@@ -236,8 +237,8 @@ void UnpinKeys(NodeConnection& node, absl::Span<const KeyRef> keys,
   }
   if (entries.empty()) return;
   absl::StatusOr<Session> session = OpenSession(node);
-  std::vector<std::pair<uint32_t, store::PinEntry>> zeros;
-  for (uint32_t e : entries) zeros.push_back({e, store::PinEntry{0, 0}});
+  std::vector<std::pair<uint32_t, format::PinEntry>> zeros;
+  for (uint32_t e : entries) zeros.push_back({e, format::PinEntry{0, 0}});
   absl::Status st =
       session.ok() ? WriteEntries(*session, **table, zeros) : session.status();
   for (size_t i : which) results[i] = st;

@@ -13,7 +13,7 @@ namespace {
 
 // A PUT whose slab lease ran out before publishing re-allocates this often.
 constexpr int kMaxAllocateRounds = 4;
-static_assert(kMaxKeyBytes == store::kMaxKeyBytes,
+static_assert(kMaxKeyBytes == format::kMaxKeyBytes,
               "the public key limit is the format's");
 
 absl::Status NeverVerified(const KeyRef& key, NodeConnection& node,
@@ -35,7 +35,7 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
   std::memcpy(staging.data() + total, &one, 8);
   std::vector<rdma::WorkRequest> wrs;
   AddCandidateReads(s, b, plan, staging.data(), wrs);
-  s.AddTouch(wrs, store::DecodeSlot(b.words[plan.slots.front()]).offset,
+  s.AddTouch(wrs, format::DecodeSlot(b.words[plan.slots.front()]).offset,
              staging.data() + total);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
@@ -62,8 +62,8 @@ absl::Status ReadWithHint(Session& s, const KeyRef& key,
   std::vector<rdma::WorkRequest> wrs;
   s.AddBucketReads(wrs, key, staging.data(), b);
   s.AddRead(wrs, staging.data() + kBucketPairBytes,
-            store::DecodeSlot(hint.word).offset, length);
-  s.AddTouch(wrs, store::DecodeSlot(hint.word).offset, one_at);
+            format::DecodeSlot(hint.word).offset, length);
+  s.AddTouch(wrs, format::DecodeSlot(hint.word).offset, one_at);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   std::memcpy(b->words, staging.data(), kBucketPairBytes);
   int slot = -1;
@@ -71,7 +71,7 @@ absl::Status ReadWithHint(Session& s, const KeyRef& key,
     return absl::OkStatus();
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::string_view value;
-  absl::Status v = store::VerifyObject(
+  absl::Status v = format::VerifyObject(
       absl::MakeConstSpan(staging.data() + kBucketPairBytes, length), key.key,
       key.hash, s.node().incarnation(), &value);
   if (v.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
@@ -86,29 +86,29 @@ absl::Status ReadWithHint(Session& s, const KeyRef& key,
 absl::Status ReadCandidateDirect(Session& s, const KeyRef& key,
                                  const Buckets& b, absl::Time start,
                                  const DirectBuffer& direct, ValueSink sink) {
-  std::vector<store::ObjectHeader> headers;
+  std::vector<format::ObjectHeader> headers;
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<int> mine,
                             s.FindKeySlots(key, b, &headers));
   if (mine.empty()) return absl::NotFoundError("key not found");
-  const store::ObjectHeader& h = headers.front();
+  const format::ObjectHeader& h = headers.front();
   if (h.value_length > direct.out.size()) {
     return BufferTooSmall(h.value_length, direct.out.size());
   }
   s.node().slot_cache().Remember(key.hash, b.slot_offset[mine.front()],
                                  b.words[mine.front()]);
-  uint64_t offset = store::DecodeSlot(b.words[mine.front()]).offset;
-  uint64_t digest_bytes = 8 * store::DigestCount(h.value_length);
+  uint64_t offset = format::DecodeSlot(b.words[mine.front()]).offset;
+  uint64_t digest_bytes = 8 * format::DigestCount(h.value_length);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(digest_bytes));
   std::vector<rdma::WorkRequest> wrs;
-  s.AddRead(wrs, direct.out.data(), offset + store::ValueOffset(h.key_length),
+  s.AddRead(wrs, direct.out.data(), offset + format::ValueOffset(h.key_length),
             h.value_length, direct.lkey);
   s.AddRead(wrs, staging.data(),
-            offset + store::DigestOffset(h.key_length, h.value_length),
+            offset + format::DigestOffset(h.key_length, h.value_length),
             digest_bytes);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::Span<const char> value(direct.out.data(), h.value_length);
-  MESHPOOL_RETURN_IF_ERROR(store::VerifyValue(h, value, staging));
+  MESHPOOL_RETURN_IF_ERROR(format::VerifyValue(h, value, staging));
   return sink(absl::string_view(value.data(), value.size()));
 }
 
@@ -152,7 +152,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
     if (attempt == 0) hint = node.slot_cache().Find(key.hash);
     if (hint.has_value() &&
         !(direct != nullptr &&
-          store::DecodeSlot(hint->word).size_bound >= kZeroCopyMinBytes)) {
+          format::DecodeSlot(hint->word).size_bound >= kZeroCopyMinBytes)) {
       bool served = false;
       absl::Status st = ReadWithHint(s, key, *hint, start, &b, sink, &served);
       if (served || !st.ok()) {
@@ -165,7 +165,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
     }
     uint64_t largest = 0;
     for (int c : b.Candidates(key, node.layout())) {
-      largest = std::max(largest, store::DecodeSlot(b.words[c]).size_bound);
+      largest = std::max(largest, format::DecodeSlot(b.words[c]).size_bound);
     }
     absl::Status st = direct != nullptr && largest >= kZeroCopyMinBytes
                           ? ReadCandidateDirect(s, key, b, start, *direct, sink)
@@ -191,7 +191,7 @@ class Prefetch {
   Prefetch(Session& s, const KeyRef& key)
       : s_(s), key_(key), hint_(s.node().slot_cache().Find(key.hash)) {
     if (hint_.has_value()) {
-      header_bytes_ = std::min<uint64_t>(store::ValueOffset(key.key.size()),
+      header_bytes_ = std::min<uint64_t>(format::ValueOffset(key.key.size()),
                                          s.ObjectReadLength(hint_->word));
     }
   }
@@ -202,7 +202,7 @@ class Prefetch {
     s_.AddBucketReads(wrs, key_, dst, &out_.buckets);
     if (hint_.has_value()) {
       s_.AddRead(wrs, dst + kBucketPairBytes,
-                 store::DecodeSlot(hint_->word).offset, header_bytes_);
+                 format::DecodeSlot(hint_->word).offset, header_bytes_);
     }
   }
   // After the post completed: the buckets, and the hint if its object is
@@ -210,7 +210,7 @@ class Prefetch {
   void Finish(PutPrefetch* out) {
     std::memcpy(out_.buckets.words, dst_, kBucketPairBytes);
     if (hint_.has_value() &&
-        store::VerifyHeaderAndKey(
+        format::VerifyHeaderAndKey(
             absl::MakeConstSpan(dst_ + kBucketPairBytes, header_bytes_),
             key_.key, key_.hash, s_.node().incarnation(), nullptr)
             .ok()) {
@@ -239,8 +239,8 @@ absl::Status WriteStagedObject(Session& s, NodeConnection& node,
   Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(bytes + 8 + prefetch.bytes()));
-  store::EncodeObject(staging.subspan(0, bytes), key.key, value,
-                      node.incarnation(), sequence);
+  format::EncodeObject(staging.subspan(0, bytes), key.key, value,
+                       node.incarnation(), sequence);
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
   s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
@@ -256,16 +256,16 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
                                  const KeyRef& key, absl::string_view value,
                                  uint32_t value_lkey, uint64_t sequence,
                                  uint64_t offset, PutPrefetch* p) {
-  uint64_t prefix = store::ValueOffset(key.key.size());
-  uint64_t digests = 8 * store::DigestCount(value.size());
+  uint64_t prefix = format::ValueOffset(key.key.size());
+  uint64_t digests = 8 * format::DigestCount(value.size());
   Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(prefix + digests + 8 + prefetch.bytes()));
-  uint64_t checksum = store::EncodeObjectPrefix(staging, key.key, value.size(),
-                                                node.incarnation(), sequence);
-  store::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
+  uint64_t checksum = format::EncodeObjectPrefix(staging, key.key, value.size(),
+                                                 node.incarnation(), sequence);
+  format::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =
-      offset + store::DigestOffset(key.key.size(), value.size());
+      offset + format::DigestOffset(key.key.size(), value.size());
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, prefix);
   s.AddWrite(wrs, value.data(), offset + prefix, value.size(), value_lkey);
@@ -283,7 +283,7 @@ absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
 absl::Status PutValue(NodeConnection& node, const KeyRef& key,
                       absl::string_view value, uint64_t sequence,
                       std::optional<uint32_t> value_lkey) {
-  uint64_t bytes = store::ObjectBytes(key.key.size(), value.size());
+  uint64_t bytes = format::ObjectBytes(key.key.size(), value.size());
   bool gather = value_lkey.has_value() && value.size() >= kZeroCopyMinBytes;
   MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
@@ -296,7 +296,7 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
                : WriteStagedObject(s, node, key, value, sequence, a.offset(),
                                    bytes, &p));
     uint64_t word =
-        store::EncodeSlot(store::Fingerprint(key.hash), bytes, a.offset());
+        format::EncodeSlot(format::Fingerprint(key.hash), bytes, a.offset());
     absl::Status st = Publish(s, key, word, a.publish_deadline(), &p);
     if (st.code() != absl::StatusCode::kAborted) return st;
   }

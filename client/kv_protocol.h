@@ -25,18 +25,18 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/node_connection.h"
-#include "store/layout.h"
+#include "format/layout.h"
 
 namespace meshpool::client_internal {
 
 struct KeyRef {
   absl::string_view key;
-  store::KeyHash hash;
+  format::KeyHash hash;
 };
 // InvalidArgument for an empty key or one over kMaxKeyBytes.
 absl::Status ValidateKey(absl::string_view key);
 inline KeyRef MakeKeyRef(absl::string_view key) {
-  return {key, store::HashKey(key)};
+  return {key, format::HashKey(key)};
 }
 
 // Receives a verified value; the view is valid only during the call.

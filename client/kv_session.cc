@@ -31,7 +31,7 @@ void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, std::vector<rdma::WorkRequest>& wrs) {
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     s.AddRead(wrs, staging + plan.offsets[i],
-              store::DecodeSlot(b.words[plan.slots[i]]).offset,
+              format::DecodeSlot(b.words[plan.slots[i]]).offset,
               plan.lengths[i]);
   }
 }
@@ -42,7 +42,7 @@ absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
   bool stale = false;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     absl::string_view value;
-    absl::Status v = store::VerifyObject(
+    absl::Status v = format::VerifyObject(
         absl::MakeConstSpan(staging + plan.offsets[i], plan.lengths[i]),
         key.key, key.hash, s.node().incarnation(), &value);
     if (v.ok()) {
@@ -114,7 +114,7 @@ void RemoveDuplicateSlots(Session& s, const KeyRef& key) {
 }
 
 bool HintHolds(const KeyRef& key, const Buckets& b,
-               const store::PoolLayout& layout,
+               const format::PoolLayout& layout,
                const std::optional<SlotCache::Hint>& hint, int* slot) {
   if (!hint.has_value()) return false;
   std::vector<int> candidates = b.Candidates(key, layout);

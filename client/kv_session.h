@@ -19,13 +19,13 @@
 #include "client/kv_protocol.h"
 #include "client/node_connection.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 
 namespace meshpool::client_internal {
 
-inline constexpr size_t kSlotsPerKey = 2 * store::kSlotsPerBucket;
-inline constexpr size_t kBucketPairBytes = 2 * store::kBucketBytes;
+inline constexpr size_t kSlotsPerKey = 2 * format::kSlotsPerBucket;
+inline constexpr size_t kBucketPairBytes = 2 * format::kBucketBytes;
 // A CAS that keeps losing to other writers gives up after this many rounds.
 inline constexpr int kMaxPublishRounds = 64;
 
@@ -36,15 +36,15 @@ struct Buckets {
 
   // Slots whose fingerprint matches and whose object lies in the pool.
   std::vector<int> Candidates(const KeyRef& key,
-                              const store::PoolLayout& layout) const {
+                              const format::PoolLayout& layout) const {
     std::vector<int> out;
-    uint8_t fp = store::Fingerprint(key.hash);
+    uint8_t fp = format::Fingerprint(key.hash);
     for (size_t i = 0; i < kSlotsPerKey; ++i) {
       if (words[i] == 0) continue;
-      store::Slot slot = store::DecodeSlot(words[i]);
+      format::Slot slot = format::DecodeSlot(words[i]);
       if (slot.fingerprint != fp) continue;
       if (slot.offset < layout.slab_area_offset ||
-          slot.offset + store::kObjectHeaderBytes > layout.pool_bytes) {
+          slot.offset + format::kObjectHeaderBytes > layout.pool_bytes) {
         continue;  // not an object pointer; never ours
       }
       out.push_back(static_cast<int>(i));
@@ -121,7 +121,7 @@ class Session {
   // earns the slab the evictor's second chance.
   void AddTouch(std::vector<rdma::WorkRequest>& wrs, uint64_t object_offset,
                 char* one) {
-    const store::PoolLayout& layout = node_.layout();
+    const format::PoolLayout& layout = node_.layout();
     if (layout.slab_meta_offset == 0) return;
     uint64_t slab = layout.slab_of(object_offset);
     if (slab >= layout.slab_count || !node_.ShouldTouch(slab)) return;
@@ -140,16 +140,16 @@ class Session {
   }
   void AddBucketReads(std::vector<rdma::WorkRequest>& wrs, const KeyRef& key,
                       char* dst, Buckets* b) {
-    const store::PoolLayout& layout = node_.layout();
-    store::BucketPair pair = store::BucketsFor(key.hash, layout.bucket_count);
+    const format::PoolLayout& layout = node_.layout();
+    format::BucketPair pair = format::BucketsFor(key.hash, layout.bucket_count);
     uint64_t first = layout.bucket_offset(pair.first);
     uint64_t second = layout.bucket_offset(pair.second);
-    AddRead(wrs, dst, first, store::kBucketBytes);
-    AddRead(wrs, dst + store::kBucketBytes, second, store::kBucketBytes);
-    for (size_t i = 0; i < store::kSlotsPerBucket; ++i) {
-      b->slot_offset[i] = first + i * store::kSlotBytes;
-      b->slot_offset[store::kSlotsPerBucket + i] =
-          second + i * store::kSlotBytes;
+    AddRead(wrs, dst, first, format::kBucketBytes);
+    AddRead(wrs, dst + format::kBucketBytes, second, format::kBucketBytes);
+    for (size_t i = 0; i < format::kSlotsPerBucket; ++i) {
+      b->slot_offset[i] = first + i * format::kSlotBytes;
+      b->slot_offset[format::kSlotsPerBucket + i] =
+          second + i * format::kSlotBytes;
     }
   }
 
@@ -157,8 +157,8 @@ class Session {
   // and to a slab (no object is larger; a corrupt word cannot make the
   // client fetch or stage more).
   uint64_t ObjectReadLength(uint64_t word) const {
-    store::Slot slot = store::DecodeSlot(word);
-    const store::PoolLayout& layout = node_.layout();
+    format::Slot slot = format::DecodeSlot(word);
+    const format::PoolLayout& layout = node_.layout();
     return std::min(
         {slot.size_bound, layout.slab_bytes, layout.pool_bytes - slot.offset});
   }
@@ -167,11 +167,11 @@ class Session {
   // Aborted when a candidate is torn: the bucket view is stale.
   absl::StatusOr<std::vector<int>> FindKeySlots(
       const KeyRef& key, const Buckets& b,
-      std::vector<store::ObjectHeader>* headers = nullptr) {
+      std::vector<format::ObjectHeader>* headers = nullptr) {
     std::vector<int> candidates = b.Candidates(key, node_.layout());
     std::vector<int> mine;
     if (candidates.empty()) return mine;
-    uint64_t want = store::ValueOffset(key.key.size());
+    uint64_t want = format::ValueOffset(key.key.size());
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                               Staging(want * candidates.size()));
     std::vector<rdma::WorkRequest> wrs;
@@ -180,12 +180,12 @@ class Session {
       lengths.push_back(
           std::min(want, ObjectReadLength(b.words[candidates[c]])));
       AddRead(wrs, staging.data() + c * want,
-              store::DecodeSlot(b.words[candidates[c]]).offset, lengths[c]);
+              format::DecodeSlot(b.words[candidates[c]]).offset, lengths[c]);
     }
     MESHPOOL_RETURN_IF_ERROR(Run(wrs));
     for (size_t c = 0; c < candidates.size(); ++c) {
-      store::ObjectHeader header;
-      absl::Status s = store::VerifyHeaderAndKey(
+      format::ObjectHeader header;
+      absl::Status s = format::VerifyHeaderAndKey(
           absl::MakeConstSpan(staging.data() + c * want, lengths[c]), key.key,
           key.hash, node_.incarnation(), &header);
       if (s.ok()) {
@@ -275,7 +275,7 @@ absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
 // holding the word it held when this client last verified or published the
 // key there: then that slot holds the key, with no header to re-read.
 bool HintHolds(const KeyRef& key, const Buckets& b,
-               const store::PoolLayout& layout,
+               const format::PoolLayout& layout,
                const std::optional<SlotCache::Hint>& hint, int* slot);
 // What a PUT read in the round trip that wrote its object: the key's
 // buckets and, when the slot cache had a hint, the header and key of the

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/meshpool/client.h"
 #include "common/common.h"
-#include "store/slab_manager.h"
+#include "format/protocol.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -20,7 +20,7 @@ constexpr int kMinRemainingPercent = 25;
 static_assert(kMinRemainingPercent < kPublishPercentOfLease);
 // A CAS posted just before the publish deadline must land before the node
 // seals the slab (DESIGN: docs/ARCHITECTURE.md "Slabs, leases").
-static_assert(store::kLeaseMargin > kDefaultOpTimeout);
+static_assert(format::kLeaseMargin > kDefaultOpTimeout);
 // Idle lanes kept per node; more are closed when returned.
 constexpr size_t kMaxIdleLanes = 8;
 // Staging buffers grow in steps of this many bytes at least.
@@ -97,11 +97,11 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
   std::shared_ptr<NodeConnection> conn(
       new NodeConnection(info, transport, address, options));
   const proto::PoolLayout& l = info.layout();
-  conn->layout_ = store::PoolLayout{l.pool_bytes(),       l.index_offset(),
-                                    l.bucket_count(),     l.slab_area_offset(),
-                                    l.slab_bytes(),       l.slab_count(),
-                                    l.slab_meta_offset(), l.pin_area_offset(),
-                                    l.pin_sessions(),     l.pins_per_session()};
+  conn->layout_ = format::PoolLayout{
+      l.pool_bytes(),       l.index_offset(),    l.bucket_count(),
+      l.slab_area_offset(), l.slab_bytes(),      l.slab_count(),
+      l.slab_meta_offset(), l.pin_area_offset(), l.pin_sessions(),
+      l.pins_per_session()};
   if (conn->layout_.bucket_count == 0 || conn->layout_.slab_bytes == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", info.node_id(), " registered an empty pool layout"));

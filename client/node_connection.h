@@ -22,9 +22,9 @@
 #include "absl/types/span.h"
 #include "client/node_session.h"
 #include "client/slot_cache.h"
+#include "format/layout.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 
 namespace meshpool::client_internal {
 
@@ -75,7 +75,7 @@ class NodeConnection {
   // The transport this node is reached by, and the address.
   const rdma::Transport& transport() const { return transport_; }
   const std::string& address() const { return address_; }
-  const store::PoolLayout& layout() const { return layout_; }
+  const format::PoolLayout& layout() const { return layout_; }
   uint64_t incarnation() const { return info_.incarnation(); }
   uint64_t pool_addr() const { return info_.pool().addr(); }
   uint32_t pool_rkey() const { return info_.pool().rkey(); }
@@ -144,7 +144,7 @@ class NodeConnection {
   };
   // XXH3-64 of each range, computed by the node (DigestRanges RPC), in
   // order. InvalidArgument when a range is not inside one region slab or
-  // the total is over store::kMaxDigestBytes; FailedPrecondition when the
+  // the total is over format::kMaxDigestBytes; FailedPrecondition when the
   // node restarted; Unavailable when it cannot be reached.
   absl::StatusOr<std::vector<uint64_t>> DigestRanges(
       absl::Span<const PoolRange> ranges);
@@ -193,7 +193,7 @@ class NodeConnection {
 
   const proto::NodeInfo info_;
   const std::string address_;  // where lanes connect
-  store::PoolLayout layout_;
+  format::PoolLayout layout_;
   rdma::Transport& transport_;
   const ConnectionOptions options_;
   const absl::Duration read_lease_;

@@ -51,8 +51,8 @@ void NodeSession::Adopt(absl::Time sent, absl::Time received,
 absl::Status NodeSession::OpenLocked() {
   absl::Time sent = absl::Now();
   MESHPOOL_ASSIGN_OR_RETURN(proto::OpenSessionReply reply, node_.OpenSession());
-  const store::PoolLayout& layout = node_.layout();
-  uint64_t table_bytes = uint64_t{reply.pin_entries()} * store::kPinEntryBytes;
+  const format::PoolLayout& layout = node_.layout();
+  uint64_t table_bytes = uint64_t{reply.pin_entries()} * format::kPinEntryBytes;
   if (reply.pin_entries() == 0 ||
       reply.pin_table_offset() < layout.pin_area_offset ||
       reply.pin_table_offset() + table_bytes > layout.slab_area_offset) {

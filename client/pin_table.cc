@@ -7,7 +7,7 @@ namespace meshpool::client_internal {
 PinTable::PinTable(uint64_t table_offset, uint32_t entries)
     : table_offset_(table_offset), slots_(entries) {}
 
-absl::StatusOr<uint32_t> PinTable::Reserve(const store::KeyHash& key,
+absl::StatusOr<uint32_t> PinTable::Reserve(const format::KeyHash& key,
                                            uint64_t now_ms) {
   absl::MutexLock lock(&mu_);
   if (auto it = by_key_.find(key); it != by_key_.end()) return it->second;
@@ -30,17 +30,17 @@ absl::StatusOr<uint32_t> PinTable::Reserve(const store::KeyHash& key,
                    "blocks (or pin with a shorter ttl) before pinning more"));
 }
 
-store::PinEntry PinTable::entry(uint32_t index) const {
+format::PinEntry PinTable::entry(uint32_t index) const {
   absl::MutexLock lock(&mu_);
   return slots_[index].entry;
 }
 
-void PinTable::Set(uint32_t index, const store::PinEntry& entry) {
+void PinTable::Set(uint32_t index, const format::PinEntry& entry) {
   absl::MutexLock lock(&mu_);
   slots_[index].entry = entry;
 }
 
-std::optional<uint32_t> PinTable::Find(const store::KeyHash& key,
+std::optional<uint32_t> PinTable::Find(const format::KeyHash& key,
                                        uint64_t now_ms) const {
   absl::MutexLock lock(&mu_);
   auto it = by_key_.find(key);

@@ -1,6 +1,6 @@
 // Internal to client/: this client's pin table on one node — a mirror of
 // the entries it wrote into its session's table in the node's pool
-// (store/layout.h PinEntry), and which entry pins which key. The node only
+// (format/layout.h PinEntry), and which entry pins which key. The node only
 // reads the table (its evictor keeps pinned slabs); this client is its only
 // writer. One entry per key: pinning a key again reuses its entry.
 //
@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "store/layout.h"
+#include "format/layout.h"
 
 namespace meshpool::client_internal {
 
@@ -29,40 +29,40 @@ class PinTable {
   // whose pin lapsed before `now_ms` (node clock). The entry is held for
   // the key (until Clear) even before Set. ResourceExhausted when every
   // entry holds a live pin.
-  absl::StatusOr<uint32_t> Reserve(const store::KeyHash& key, uint64_t now_ms);
+  absl::StatusOr<uint32_t> Reserve(const format::KeyHash& key, uint64_t now_ms);
   // What the entry holds now ({0, 0}: nothing yet).
-  store::PinEntry entry(uint32_t index) const;
+  format::PinEntry entry(uint32_t index) const;
   // Records what entry `index` now holds in the node's table.
-  void Set(uint32_t index, const store::PinEntry& entry);
+  void Set(uint32_t index, const format::PinEntry& entry);
   // The entry of `key`'s pin if it is live at `now_ms`.
-  std::optional<uint32_t> Find(const store::KeyHash& key,
+  std::optional<uint32_t> Find(const format::KeyHash& key,
                                uint64_t now_ms) const;
   // Frees the entry (after its zeros were written to the node).
   void Clear(uint32_t index);
 
   uint64_t entry_offset(uint32_t index) const {
-    return table_offset_ + uint64_t{index} * store::kPinEntryBytes;
+    return table_offset_ + uint64_t{index} * format::kPinEntryBytes;
   }
   uint32_t size() const { return static_cast<uint32_t>(slots_.size()); }
 
  private:
   struct Slot {
     bool used = false;
-    store::KeyHash key;
-    store::PinEntry entry{0, 0};
+    format::KeyHash key;
+    format::PinEntry entry{0, 0};
   };
   static bool Lapsed(const Slot& s, uint64_t now_ms) {
-    return s.entry.expiry_ms != store::kPinForever &&
+    return s.entry.expiry_ms != format::kPinForever &&
            s.entry.expiry_ms <= now_ms && s.entry.object_offset != 0;
   }
   struct KeyHasher {
-    size_t operator()(const store::KeyHash& k) const { return k.lo ^ k.hi; }
+    size_t operator()(const format::KeyHash& k) const { return k.lo ^ k.hi; }
   };
 
   const uint64_t table_offset_;
   mutable absl::Mutex mu_;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<store::KeyHash, uint32_t, KeyHasher> by_key_
+  absl::flat_hash_map<format::KeyHash, uint32_t, KeyHasher> by_key_
       ABSL_GUARDED_BY(mu_);
   uint32_t next_ ABSL_GUARDED_BY(mu_) = 0;  // where the free-entry scan starts
 };

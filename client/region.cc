@@ -12,9 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
-#include "placement/placement.h"
+#include "format/protocol.h"
 #include "placement/region_layout.h"
-#include "store/store.h"
 #include "xxhash.h"
 
 namespace meshpool::client_internal {
@@ -28,7 +27,7 @@ namespace {
 // Bytes one DigestRanges call asks a node to hash at most (Verify cuts
 // larger stripe pieces).
 constexpr uint64_t kVerifyBytesPerCall = uint64_t{64} << 20;
-static_assert(kVerifyBytesPerCall <= store::kMaxDigestBytes);
+static_assert(kVerifyBytesPerCall <= format::kMaxDigestBytes);
 
 // Which node process holds an extent's slabs.
 struct ExtentOwner {

@@ -18,7 +18,7 @@
 #include <memory>
 #include <optional>
 
-#include "store/layout.h"
+#include "format/layout.h"
 
 namespace meshpool::client_internal {
 
@@ -35,7 +35,7 @@ class SlotCache {
 
   SlotCache() : entries_(new Entry[kEntries]) {}
 
-  std::optional<Hint> Find(const store::KeyHash& hash) const {
+  std::optional<Hint> Find(const format::KeyHash& hash) const {
     const Entry& e = entries_[Index(hash)];
     if (e.tag.load(std::memory_order_relaxed) != Tag(hash)) return std::nullopt;
     Hint hint{e.slot_offset.load(std::memory_order_relaxed),
@@ -44,7 +44,7 @@ class SlotCache {
     return hint;
   }
 
-  void Remember(const store::KeyHash& hash, uint64_t slot_offset,
+  void Remember(const format::KeyHash& hash, uint64_t slot_offset,
                 uint64_t word) {
     Entry& e = entries_[Index(hash)];
     e.tag.store(Tag(hash), std::memory_order_relaxed);
@@ -52,7 +52,7 @@ class SlotCache {
     e.word.store(word, std::memory_order_relaxed);
   }
 
-  void Forget(const store::KeyHash& hash) {
+  void Forget(const format::KeyHash& hash) {
     Entry& e = entries_[Index(hash)];
     if (e.tag.load(std::memory_order_relaxed) == Tag(hash)) {
       e.word.store(0, std::memory_order_relaxed);
@@ -65,10 +65,10 @@ class SlotCache {
     std::atomic<uint64_t> slot_offset{0};
     std::atomic<uint64_t> word{0};
   };
-  static size_t Index(const store::KeyHash& h) {
+  static size_t Index(const format::KeyHash& h) {
     return static_cast<size_t>(h.hi) & (kEntries - 1);
   }
-  static uint64_t Tag(const store::KeyHash& h) { return h.lo | 1; }
+  static uint64_t Tag(const format::KeyHash& h) { return h.lo | 1; }
 
   std::unique_ptr<Entry[]> entries_;
 };

@@ -1,4 +1,6 @@
 // CoordinatorClient: a gRPC stub with deadlines, and the watch thread.
+#include "placement/coordinator_client.h"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -9,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
-#include "placement/placement.h"
+#include "placement/region_layout.h"
 #include "proto/proto.h"
 
 namespace meshpool::placement {

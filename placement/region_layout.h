@@ -36,6 +36,16 @@ static_assert(kDefaultStripeBytes % kStripeAlign == 0);
 static_assert(kStripeAlign % 8 == 0, "atomics need 8-byte aligned stripes");
 static_assert(kMaxReplicas >= 1 && kMaxRegionExtents <= UINT16_MAX);
 
+// The largest RegionInfo: 2 bytes per stripe copy (stripe_extents), at most
+// one slab offset per copy (a varint of at most 10 bytes, plus framing),
+// and per extent its node id and fields. Control-plane channels that carry
+// a RegionInfo or an AllocateRegionReply accept messages up to this size.
+inline constexpr uint64_t kMaxRegionInfoBytes =
+    kMaxRegionStripes * kMaxReplicas * (2 + 11) + kMaxRegionExtents * 128 +
+    (1 << 20);
+static_assert(kMaxRegionInfoBytes < (uint64_t{1} << 31),
+              "gRPC message sizes are int");
+
 // OK for 1..kMaxRegionNameBytes bytes of printable ASCII without spaces
 // (letters, digits and any of "._-/:@+=#"); InvalidArgument saying which
 // character or length is wrong otherwise.

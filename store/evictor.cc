@@ -158,28 +158,28 @@ EvictRound Evictor::RunOnce() {
 
 void Evictor::ForEachSlot(
     const std::function<void(uint64_t slot_offset, uint64_t word)>& fn) const {
-  const PoolLayout& l = slabs_->layout();
+  const format::PoolLayout& l = slabs_->layout();
   uint64_t* index =
       reinterpret_cast<uint64_t*>(const_cast<char*>(pool_ + l.index_offset));
-  const uint64_t words = l.bucket_count * kSlotsPerBucket;
+  const uint64_t words = l.bucket_count * format::kSlotsPerBucket;
   for (uint64_t i = 0; i < words; ++i) {
     // Clients CAS these words one-sidedly: read them atomically.
     const uint64_t word =
         std::atomic_ref<uint64_t>(index[i]).load(std::memory_order_acquire);
-    if (word != 0) fn(l.index_offset + i * kSlotBytes, word);
+    if (word != 0) fn(l.index_offset + i * format::kSlotBytes, word);
   }
 }
 
 absl::flat_hash_set<uint64_t> Evictor::ReferencedObjects(
     const std::vector<uint64_t>& slabs) const {
-  const PoolLayout& l = slabs_->layout();
+  const format::PoolLayout& l = slabs_->layout();
   std::vector<bool> wanted(l.slab_count, false);
   for (uint64_t s : slabs) {
     if (s < l.slab_count) wanted[s] = true;
   }
   absl::flat_hash_set<uint64_t> out;
   ForEachSlot([&](uint64_t, uint64_t word) {
-    const uint64_t offset = DecodeSlot(word).offset;
+    const uint64_t offset = format::DecodeSlot(word).offset;
     const uint64_t slab = l.slab_of(offset);
     if (slab < l.slab_count && wanted[slab]) out.insert(offset);
   });
@@ -217,11 +217,11 @@ std::vector<uint64_t> Evictor::Select(std::vector<uint64_t>& queue,
 
 absl::Status Evictor::Unlink(const std::vector<uint64_t>& slabs,
                              EvictRound& round) {
-  const PoolLayout& l = slabs_->layout();
+  const format::PoolLayout& l = slabs_->layout();
   std::vector<bool> target(l.slab_count, false);
   for (uint64_t s : slabs) target[s] = true;
   auto slab_of_word = [&](uint64_t word) {
-    return l.slab_of(DecodeSlot(word).offset);
+    return l.slab_of(format::DecodeSlot(word).offset);
   };
   auto in_target = [&](uint64_t word) {
     const uint64_t slab = slab_of_word(word);

@@ -18,9 +18,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
-#include "placement/placement.h"
+#include "format/layout.h"
+#include "placement/coordinator_client.h"
 #include "store/evictor.h"
-#include "store/layout.h"
 #include "store/node_service.h"
 #include "store/pin_tables.h"
 #include "store/pool.h"
@@ -94,10 +94,11 @@ absl::Status CheckOptions(const NodeOptions& o) {
   }
   for (auto [name, d] : {std::pair{"slab_lease", o.slab_lease},
                          std::pair{"max_read_lease", o.max_read_lease}}) {
-    if (d <= absl::ZeroDuration() || d > kMaxLease) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "NodeOptions.", name, " is ", absl::FormatDuration(d),
-          "; give a duration in (0, ", absl::FormatDuration(kMaxLease), "]"));
+    if (d <= absl::ZeroDuration() || d > format::kMaxLease) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NodeOptions.", name, " is ", absl::FormatDuration(d),
+                       "; give a duration in (0, ",
+                       absl::FormatDuration(format::kMaxLease), "]"));
     }
   }
   if (o.max_read_lease < absl::Milliseconds(1)) {
@@ -120,10 +121,11 @@ absl::Status CheckOptions(const NodeOptions& o) {
   return CheckWatermarks(o.evict_high_watermark, o.evict_low_watermark);
 }
 
-void WriteSuperblock(char* pool, const PoolLayout& l, uint64_t incarnation) {
-  Superblock sb{};
-  sb.magic = kSuperblockMagic;
-  sb.version = kFormatVersion;
+void WriteSuperblock(char* pool, const format::PoolLayout& l,
+                     uint64_t incarnation) {
+  format::Superblock sb{};
+  sb.magic = format::kSuperblockMagic;
+  sb.version = format::kFormatVersion;
   sb.incarnation = incarnation;
   sb.pool_bytes = l.pool_bytes;
   sb.index_offset = l.index_offset;
@@ -135,15 +137,16 @@ void WriteSuperblock(char* pool, const PoolLayout& l, uint64_t incarnation) {
   sb.pin_area_offset = l.pin_area_offset;
   sb.pin_sessions = l.pin_sessions;
   sb.pins_per_session = l.pins_per_session;
-  std::memset(pool, 0, kSuperblockBytes);
+  std::memset(pool, 0, format::kSuperblockBytes);
   std::memcpy(pool, &sb, sizeof(sb));
-  std::memset(pool + l.index_offset, 0, l.bucket_count * kBucketBytes);
-  std::memset(pool + l.slab_meta_offset, 0, l.slab_count * kSlabMetaBytes);
+  std::memset(pool + l.index_offset, 0, l.bucket_count * format::kBucketBytes);
+  std::memset(pool + l.slab_meta_offset, 0,
+              l.slab_count * format::kSlabMetaBytes);
   std::memset(pool + l.pin_area_offset, 0,
-              l.pin_sessions * l.pins_per_session * kPinEntryBytes);
+              l.pin_sessions * l.pins_per_session * format::kPinEntryBytes);
 }
 
-void ToProto(const PoolLayout& l, proto::PoolLayout* out) {
+void ToProto(const format::PoolLayout& l, proto::PoolLayout* out) {
   out->set_pool_bytes(l.pool_bytes);
   out->set_index_offset(l.index_offset);
   out->set_bucket_count(l.bucket_count);
@@ -176,7 +179,7 @@ class NodeImpl {
         pool_(std::move(pool)),
         transport_(std::move(transport)) {}
 
-  absl::Status Serve(const PoolLayout& layout);  // region, listen, gRPC
+  absl::Status Serve(const format::PoolLayout& layout);  // region, listen, gRPC
   // The evictor, with its endpoint to this node's own transport.
   absl::Status StartEvictor(absl::string_view transport_address);
   // Serves the (shared) pool over shared memory; returns its address.
@@ -229,7 +232,7 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   if (transport == nullptr) {
     return absl::InvalidArgumentError("Node::Start needs a transport");
   }
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(
       options.capacity_bytes, options.slab_bytes, options.bucket_count,
       options.pin_sessions, options.pins_per_session);
   if (!layout.ok()) {
@@ -257,7 +260,7 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   return node;
 }
 
-absl::Status NodeImpl::Serve(const PoolLayout& layout) {
+absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   SlabManagerOptions slab_options;
   slab_options.layout = layout;
   slab_options.lease = options_.slab_lease;

@@ -28,8 +28,9 @@ class NodeServiceImpl final : public proto::Node::Service {
                                  : deps_.slabs->Grant(request->client_id());
     if (!grant.ok()) return ToGrpc(grant.status());
     if (grant->retry_after > absl::ZeroDuration()) {
-      reply->set_retry_after_ms(static_cast<uint32_t>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(grant->retry_after), 1, kMaxLeaseMs)));
+      reply->set_retry_after_ms(static_cast<uint32_t>(
+          std::clamp<int64_t>(absl::ToInt64Milliseconds(grant->retry_after), 1,
+                              format::kMaxLeaseMs)));
       return grpc::Status::OK;
     }
     reply->set_slab(grant->slab);
@@ -127,7 +128,7 @@ class NodeServiceImpl final : public proto::Node::Service {
       return grpc::Status(grpc::StatusCode::CANCELLED,
                           "the coordinator gave up on this allocation");
     }
-    const PoolLayout& layout = deps_.slabs->layout();
+    const format::PoolLayout& layout = deps_.slabs->layout();
     reply->set_slab_bytes(layout.slab_bytes);
     for (uint64_t slab : *taken)
       reply->add_slab_offsets(layout.slab_offset(slab));
@@ -166,10 +167,10 @@ class NodeServiceImpl final : public proto::Node::Service {
       MESHPOOL_RETURN_IF_ERROR(
           deps_.slabs->CheckRegionRange(range.offset(), range.length()));
       total += range.length();  // each inside the pool: no overflow
-      if (total > kMaxDigestBytes) {
+      if (total > format::kMaxDigestBytes) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "DigestRanges asks for more than ", FormatSize(kMaxDigestBytes),
-            " (", request.ranges_size(),
+            "DigestRanges asks for more than ",
+            FormatSize(format::kMaxDigestBytes), " (", request.ranges_size(),
             " ranges); split the ranges over several calls"));
       }
     }

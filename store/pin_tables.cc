@@ -12,8 +12,8 @@
 namespace meshpool::store {
 namespace {
 
-constexpr size_t kWordsPerEntry = kPinEntryBytes / 8;
-static_assert(kPinEntryBytes % 8 == 0);
+constexpr size_t kWordsPerEntry = format::kPinEntryBytes / 8;
+static_assert(format::kPinEntryBytes % 8 == 0);
 
 uint64_t Load(const char* p) {
   // Clients WRITE entries concurrently (through the transport): whole words.
@@ -38,10 +38,11 @@ absl::StatusOr<std::unique_ptr<PinTables>> PinTables::Create(
   if (pool == nullptr || reinterpret_cast<uintptr_t>(pool) % 8 != 0) {
     return absl::InvalidArgumentError("pool must be non-null and 8-aligned");
   }
-  const PoolLayout& l = options.layout;
+  const format::PoolLayout& l = options.layout;
   if (l.pin_sessions == 0 || l.pins_per_session == 0 ||
       l.pin_sessions > UINT32_MAX || l.pins_per_session > UINT32_MAX ||
-      l.pin_area_offset < kSuperblockBytes || l.pin_area_offset % 8 != 0 ||
+      l.pin_area_offset < format::kSuperblockBytes ||
+      l.pin_area_offset % 8 != 0 ||
       l.pin_table(l.pin_sessions) > l.pool_bytes) {
     return absl::InvalidArgumentError(
         "layout has no pin area or it overruns the pool; build it with "
@@ -196,18 +197,19 @@ template <typename Fn>
 void PinTables::ForEachLivePin(uint32_t session, uint64_t now_ms, Fn fn) const {
   const char* table = pool_ + options_.layout.pin_table(session);
   for (uint64_t e = 0; e < options_.layout.pins_per_session; ++e) {
-    const char* entry = table + e * kPinEntryBytes;
-    const uint64_t offset = Load(entry + offsetof(PinEntry, object_offset));
+    const char* entry = table + e * format::kPinEntryBytes;
+    const uint64_t offset =
+        Load(entry + offsetof(format::PinEntry, object_offset));
     if (offset == 0) continue;
-    const uint64_t expiry = Load(entry + offsetof(PinEntry, expiry_ms));
-    if (expiry == kPinForever || expiry > now_ms) fn(offset);
+    const uint64_t expiry = Load(entry + offsetof(format::PinEntry, expiry_ms));
+    if (expiry == format::kPinForever || expiry > now_ms) fn(offset);
   }
 }
 
 std::vector<bool> PinTables::PinnedSlabs(
     absl::Span<const uint64_t> slabs,
     const std::function<bool(uint64_t offset)>& referenced) const {
-  const PoolLayout& l = options_.layout;
+  const format::PoolLayout& l = options_.layout;
   std::vector<bool> pinned(slabs.size(), false);
   if (slabs.empty()) return pinned;
   absl::Time now = Now();
@@ -231,29 +233,30 @@ std::vector<bool> PinTables::PinnedSlabs(
 }
 
 bool PinTables::ObjectAt(uint64_t offset, uint64_t* bytes) const {
-  const PoolLayout& l = options_.layout;
+  const format::PoolLayout& l = options_.layout;
   const uint64_t slab = l.slab_of(offset);
-  if (slab >= l.slab_count || offset % kObjectAlign != 0) return false;
+  if (slab >= l.slab_count || offset % format::kObjectAlign != 0) return false;
   const uint64_t slab_end = l.slab_offset(slab) + l.slab_bytes;
-  if (slab_end - offset < kObjectHeaderBytes) return false;
-  ObjectHeader h;
+  if (slab_end - offset < format::kObjectHeaderBytes) return false;
+  format::ObjectHeader h;
   std::memcpy(&h, pool_ + offset, sizeof(h));
-  if (h.magic != kObjectMagic || h.key_length > kMaxKeyBytes ||
-      slab_end - offset < ValueOffset(h.key_length)) {
+  if (h.magic != format::kObjectMagic || h.key_length > format::kMaxKeyBytes ||
+      slab_end - offset < format::ValueOffset(h.key_length)) {
     return false;
   }
   const char* object = pool_ + offset;
-  absl::string_view key(object + kObjectHeaderBytes, h.key_length);
-  ObjectHeader verified;
-  if (!VerifyHeaderAndKey(
-           absl::MakeConstSpan(object, ValueOffset(h.key_length)), key,
-           KeyHash{h.key_hash_lo, h.key_hash_hi}, options_.incarnation,
+  absl::string_view key(object + format::kObjectHeaderBytes, h.key_length);
+  format::ObjectHeader verified;
+  if (!format::VerifyHeaderAndKey(
+           absl::MakeConstSpan(object, format::ValueOffset(h.key_length)), key,
+           format::KeyHash{h.key_hash_lo, h.key_hash_hi}, options_.incarnation,
            &verified)
            .ok()) {
     return false;
   }
   if (verified.value_length > l.slab_bytes) return false;
-  const uint64_t size = ObjectBytes(verified.key_length, verified.value_length);
+  const uint64_t size =
+      format::ObjectBytes(verified.key_length, verified.value_length);
   if (size > slab_end - offset) return false;
   *bytes = size;
   return true;

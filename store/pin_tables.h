@@ -1,5 +1,5 @@
 // meshpool/store/pin_tables.h: client sessions and the pin tables they own
-// in the pool's pin area (store/layout.h).
+// in the pool's pin area (format/layout.h).
 //
 // A session is a client's lease on one pin table. The client writes pin
 // entries {object offset, expiry} into its table one-sidedly; the node never
@@ -40,15 +40,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "format/layout.h"
 #include "proto/meshpool.pb.h"
-#include "store/layout.h"
 #include "store/slab_manager.h"
 
 namespace meshpool::store {
 
 // How long a freed pin table rests before it is reissued (see the file
 // comment): longer than any client op may take to land.
-inline constexpr absl::Duration kPinTableQuarantine = kLeaseMargin;
+inline constexpr absl::Duration kPinTableQuarantine = format::kLeaseMargin;
 
 inline constexpr absl::Duration kDefaultSessionLease = absl::Seconds(10);
 // Leases travel as uint32 milliseconds (OpenSessionReply.lease_ms).
@@ -56,7 +56,7 @@ inline constexpr int64_t kMaxSessionLeaseMs = int64_t{24} * 3600 * 1000;
 static_assert(kMaxSessionLeaseMs <= UINT32_MAX);
 
 struct PinTablesOptions {
-  PoolLayout layout;         // where the pin area is
+  format::PoolLayout layout;  // where the pin area is
   uint64_t incarnation = 0;  // objects counted as pinned must name it
   absl::Duration lease = kDefaultSessionLease;
   std::function<absl::Time()> clock;  // null -> absl::Now

@@ -13,10 +13,10 @@ namespace meshpool::store {
 namespace {
 
 absl::Status CheckLease(absl::string_view what, absl::Duration d) {
-  if (d <= absl::ZeroDuration() || d > kMaxLease) {
+  if (d <= absl::ZeroDuration() || d > format::kMaxLease) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " is ", absl::FormatDuration(d), "; give a duration in (0, ",
-        absl::FormatDuration(kMaxLease), "]"));
+        absl::FormatDuration(format::kMaxLease), "]"));
   }
   return absl::OkStatus();
 }
@@ -42,11 +42,11 @@ absl::StatusOr<std::unique_ptr<SlabManager>> SlabManager::Create(
   if (pool == nullptr || reinterpret_cast<uintptr_t>(pool) % 8 != 0) {
     return absl::InvalidArgumentError("pool must be non-null and 8-aligned");
   }
-  const PoolLayout& l = options.layout;
+  const format::PoolLayout& l = options.layout;
   if (l.slab_count == 0 || l.slab_bytes == 0 || l.bucket_count == 0 ||
       l.slab_offset(l.slab_count) > l.pool_bytes ||
-      l.slab_meta_offset < kSuperblockBytes || l.slab_meta_offset % 8 != 0 ||
-      l.slab_meta(l.slab_count) > l.pool_bytes) {
+      l.slab_meta_offset < format::kSuperblockBytes ||
+      l.slab_meta_offset % 8 != 0 || l.slab_meta(l.slab_count) > l.pool_bytes) {
     return absl::InvalidArgumentError(
         "layout has no slabs or slab table, or overruns the pool; build it "
         "with ComputeLayout");
@@ -72,12 +72,12 @@ SlabManager::SlabManager(SlabManagerOptions options, char* pool)
 absl::Time SlabManager::Now() const { return options_.clock(); }
 
 std::atomic_ref<uint64_t> SlabManager::EvictingWord(uint64_t slab) const {
-  static_assert(offsetof(SlabMeta, evicting) == 0);
+  static_assert(offsetof(format::SlabMeta, evicting) == 0);
   return std::atomic_ref<uint64_t>(meta_[2 * slab]);
 }
 
 std::atomic_ref<uint64_t> SlabManager::TouchedWord(uint64_t slab) const {
-  static_assert(offsetof(SlabMeta, touched) == 8);
+  static_assert(offsetof(format::SlabMeta, touched) == 8);
   return std::atomic_ref<uint64_t>(meta_[2 * slab + 1]);
 }
 
@@ -114,7 +114,7 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   slab.written = true;
   ++grants_;
   slab.client = std::string(client_id);
-  slab.lease_end = now + options_.lease + kLeaseMargin;
+  slab.lease_end = now + options_.lease + format::kLeaseMargin;
   slab.unreferenced_since = absl::InfiniteFuture();
   return SlabGrant{id, options_.layout.slab_offset(id),
                    options_.layout.slab_bytes, options_.lease};
@@ -250,8 +250,8 @@ void SlabManager::SealExpiredLocked(absl::Time now) {
 }
 
 uint64_t SlabManager::ScanIndex(std::vector<uint32_t>& refs) const {
-  const PoolLayout& l = options_.layout;
-  const uint64_t words = l.bucket_count * kSlotsPerBucket;
+  const format::PoolLayout& l = options_.layout;
+  const uint64_t words = l.bucket_count * format::kSlotsPerBucket;
   uint64_t occupied = 0;
   for (uint64_t i = 0; i < words; ++i) {
     // Clients (through the transport's responder) CAS slots concurrently.
@@ -259,7 +259,7 @@ uint64_t SlabManager::ScanIndex(std::vector<uint32_t>& refs) const {
         std::atomic_ref<uint64_t>(index_[i]).load(std::memory_order_acquire);
     if (word == 0) continue;
     ++occupied;
-    uint64_t slab = l.slab_of(DecodeSlot(word).offset);
+    uint64_t slab = l.slab_of(format::DecodeSlot(word).offset);
     if (slab < l.slab_count) ++refs[slab];
   }
   return occupied;
@@ -312,7 +312,7 @@ ReclaimPass SlabManager::Reclaim() {
 
 absl::Status SlabManager::CheckRegionRange(uint64_t offset,
                                            uint64_t length) const {
-  const PoolLayout& l = options_.layout;
+  const format::PoolLayout& l = options_.layout;
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("range [", offset, ", +", length, ") ", why,
@@ -358,7 +358,7 @@ SlabCounts SlabManager::Counts() const {
   c.grants = grants_;
   c.grant_requests = grant_requests_;
   c.objects = objects_;
-  c.index_slots = options_.layout.bucket_count * kSlotsPerBucket;
+  c.index_slots = options_.layout.bucket_count * format::kSlotsPerBucket;
   c.used_bytes = (c.granted + c.sealed + c.region) * options_.layout.slab_bytes;
   c.regions_freed = regions_freed_;
   c.zeroed_bytes = zeroed_bytes_;

@@ -27,13 +27,8 @@
 // a reader that fetched a slot before it changed finishes within
 // max_read_lease, so it never sees the slab's bytes reused.
 //
-// Time relations (all enforced or stated here):
-//   * The client is told `lease`; the node seals the slab only at
-//     grant time + lease + kLeaseMargin. A client checks its lease before its
-//     publishing CAS; kLeaseMargin covers the time from that check until the
-//     CAS lands, so no object is ever published into a slab the node sealed.
-//   * grace = max_read_lease + kReclaimMargin: a GET that read a slot before
-//     the first zero-reference pass has finished before the slab is reused.
+// Time relations: format/protocol.h (kLeaseMargin, kReclaimMargin); this
+// type enforces them.
 //
 // Eviction (the KV cache under memory pressure; store/evictor.h drives it)
 // happens to SEALED slabs that a grant filled, in the order they were
@@ -68,41 +63,18 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "store/layout.h"
+#include "format/layout.h"
+#include "format/protocol.h"
 
 namespace meshpool::store {
-
-// Added to a lease on the node side only (see the file comment). Must exceed
-// the longest time a client's publishing CAS may take to land after the
-// client checked its lease: the client checks right before posting the CAS
-// and waits at most its op_timeout (client: kDefaultOpTimeout, 5 s, with a
-// static_assert there tying the two).
-inline constexpr absl::Duration kLeaseMargin = absl::Seconds(6);
-// Added to max_read_lease to form the reclamation grace.
-inline constexpr absl::Duration kReclaimMargin = absl::Milliseconds(500);
-inline constexpr absl::Duration kDefaultSlabLease = absl::Seconds(10);
-// A GET takes microseconds to milliseconds; this bounds a slow one. It also
-// bounds sustained write throughput on a full pool: freed memory is reused
-// only a grace (this + kReclaimMargin) later, so writes can run at most
-// (free + reclaimable bytes) / grace.
-inline constexpr absl::Duration kDefaultMaxReadLease = absl::Milliseconds(500);
-// Leases travel as uint32 milliseconds (GrantSlabReply.lease_ms); this also
-// bounds max_read_lease (NodeInfo.max_read_lease_ms).
-inline constexpr int64_t kMaxLeaseMs = int64_t{24} * 3600 * 1000;
-static_assert(kMaxLeaseMs <= UINT32_MAX);
-inline constexpr absl::Duration kMaxLease = absl::Milliseconds(kMaxLeaseMs);
-static_assert(kLeaseMargin > absl::ZeroDuration());
-static_assert(kReclaimMargin > absl::ZeroDuration());
-static_assert(kDefaultSlabLease <= kMaxLease &&
-              kDefaultMaxReadLease <= kMaxLease);
 
 enum class SlabState { kFree, kGranted, kSealed, kRegion };
 absl::string_view SlabStateName(SlabState state);
 
 struct SlabManagerOptions {
-  PoolLayout layout;
-  absl::Duration lease = kDefaultSlabLease;  // told to clients
-  absl::Duration max_read_lease = kDefaultMaxReadLease;
+  format::PoolLayout layout;
+  absl::Duration lease = format::kDefaultSlabLease;  // told to clients
+  absl::Duration max_read_lease = format::kDefaultMaxReadLease;
   std::function<absl::Time()> clock;  // null -> absl::Now
 };
 
@@ -242,10 +214,10 @@ class SlabManager {
   // REQUIRES: slab < layout().slab_count.
   SlabState state(uint64_t slab) const;
 
-  const PoolLayout& layout() const { return options_.layout; }
+  const format::PoolLayout& layout() const { return options_.layout; }
   absl::Duration lease() const { return options_.lease; }
   absl::Duration grace() const {
-    return options_.max_read_lease + kReclaimMargin;
+    return options_.max_read_lease + format::kReclaimMargin;
   }
 
  private:

@@ -1,5 +1,5 @@
 // meshpool/store: a memory node. It maps a pool, lays it out (superblock,
-// index, slab table, pin area, slab area; store/layout.h), registers the
+// index, slab table, pin area, slab area; format/layout.h), registers the
 // whole pool with a transport as one region and lets clients read and write
 // it one-sidedly. Its CPU does no work per GET or PUT: it grants slabs over
 // gRPC, sets zero-filled slabs aside for regions when the coordinator asks
@@ -32,12 +32,6 @@ namespace meshpool::store {
 inline constexpr int kIdleReclaimFactor = 10;
 static_assert(kIdleReclaimFactor >= 1);
 
-// The most bytes one DigestRanges call may ask the node to hash (the node's
-// CPU does it on the gRPC thread, at several GB/s: this bounds a call to a
-// fraction of a second). Ask more in several calls.
-inline constexpr uint64_t kMaxDigestBytes = uint64_t{1} << 30;
-static_assert(kMaxDigestBytes > 0 && kMaxDigestBytes <= (uint64_t{1} << 32));
-
 struct NodeOptions {
   std::string coordinator;      // host:port of the coordinator
   uint64_t capacity_bytes = 0;  // pool size
@@ -53,11 +47,11 @@ struct NodeOptions {
   // address (0.0.0.0, [::]); Start fails with InvalidArgument otherwise.
   std::string advertise_host;
   // Told to clients per granted slab; the node adds kLeaseMargin
-  // (store/slab_manager.h) before it seals the slab.
+  // (format/protocol.h) before it seals the slab.
   absl::Duration slab_lease = absl::Seconds(10);
   // The longest a GET may take; published in NodeInfo. Freed memory is reused
   // only after max_read_lease + kReclaimMargin.
-  absl::Duration max_read_lease = kDefaultMaxReadLease;
+  absl::Duration max_read_lease = format::kDefaultMaxReadLease;
   // Reclamation passes run this often while there is work, and back off to
   // kIdleReclaimFactor times it while there is none.
   absl::Duration reclaim_interval = absl::Milliseconds(200);

@@ -2,13 +2,13 @@
 # test can act exactly between two of a client's one-sided operations.
 meshpool_test(client_sim_test
   SOURCES client_sim_test.cc
-  LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)
+  LIBS meshpool_client meshpool_store meshpool_coordinator meshpool_rdma)
 # Regions through the client: a coordinator and three nodes in one process,
 # the data path on the simulated fabric (and one large-transfer test over
 # TCP loopback; MESHPOOL_REGION_BENCH_MIB=256 makes it a throughput check).
 meshpool_test(client_region_sim_test
   SOURCES client_region_sim_test.cc
-  LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)
+  LIBS meshpool_client meshpool_store meshpool_coordinator meshpool_rdma)
 # safetensors headers and index files: strict parsing, every malformed case.
 meshpool_test(client_safetensors_test
   SOURCES client_safetensors_test.cc
@@ -17,11 +17,11 @@ meshpool_test(client_safetensors_test
 # in-process cluster over the simulated fabric; malformed files rejected.
 meshpool_test(client_weights_test
   SOURCES client_weights_test.cc
-  LIBS meshpool_weights meshpool_client meshpool_store meshpool_placement
+  LIBS meshpool_weights meshpool_client meshpool_store meshpool_coordinator
        meshpool_rdma)
 # The KV-cache API: block keys, batched zero-copy and async batches, prefix
 # match, pins and leases under eviction pressure, a fill to 3x the pool,
 # engines sharing blocks; in-process nodes over the simulated fabric.
 meshpool_test(client_kv_cache_test
   SOURCES client_kv_cache_test.cc
-  LIBS meshpool_client meshpool_store meshpool_placement meshpool_rdma)
+  LIBS meshpool_client meshpool_store meshpool_coordinator meshpool_rdma)

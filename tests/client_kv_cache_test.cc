@@ -14,11 +14,13 @@
 #include "absl/synchronization/notification.h"
 #include "client/client_test_peer.h"
 #include "client/node_connection.h"
+#include "coordinator/coordinator.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "placement/coordinator_client.h"
 #include "placement/placement.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 #include "store/store.h"
 
 namespace meshpool {
@@ -32,7 +34,7 @@ std::vector<absl::string_view> Views(const std::vector<std::string>& v) {
 // wrong key, or torn, never matches.
 std::string BlockFor(absl::string_view key, size_t size) {
   std::string out(size, '\0');
-  uint64_t x = store::HashKey(key).lo | 1;
+  uint64_t x = format::HashKey(key).lo | 1;
   for (size_t i = 0; i + 8 <= size; i += 8) {
     x ^= x << 13;
     x ^= x >> 7;
@@ -126,7 +128,7 @@ class KvCacheSimTest : public ::testing::Test {
     seed_ = std::random_device()();
     std::cout << "seed=" << seed_ << std::endl;
     fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = placement::Coordinator::Start({});
+    auto coordinator = coordinator::Coordinator::Start({});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
   }
@@ -173,7 +175,7 @@ class KvCacheSimTest : public ::testing::Test {
     std::vector<std::string> keys;
     for (int i = 0; keys.size() < static_cast<size_t>(count); ++i) {
       std::string k = absl::StrCat(tag, "-", i);
-      store::KeyHash h = store::HashKey(k);
+      format::KeyHash h = format::HashKey(k);
       int home = placement::HomeNode(*map, h.lo, h.hi);
       if (map->nodes(home).info().node_id() == absl::StrCat("node-", node)) {
         keys.push_back(k);
@@ -209,7 +211,7 @@ class KvCacheSimTest : public ::testing::Test {
 
   uint64_t seed_;
   std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::vector<std::unique_ptr<store::Node>> nodes_;
 };
 
@@ -507,21 +509,21 @@ absl::Duration NodeConnectionTouchInterval() {
 uint64_t* EvictingWordOf(const store::Node& node, absl::string_view key) {
   const proto::NodeInfo& info = node.info();
   const proto::PoolLayout& l = info.layout();
-  store::PoolLayout layout{l.pool_bytes(),       l.index_offset(),
-                           l.bucket_count(),     l.slab_area_offset(),
-                           l.slab_bytes(),       l.slab_count(),
-                           l.slab_meta_offset(), l.pin_area_offset(),
-                           l.pin_sessions(),     l.pins_per_session()};
+  format::PoolLayout layout{l.pool_bytes(),       l.index_offset(),
+                            l.bucket_count(),     l.slab_area_offset(),
+                            l.slab_bytes(),       l.slab_count(),
+                            l.slab_meta_offset(), l.pin_area_offset(),
+                            l.pin_sessions(),     l.pins_per_session()};
   char* pool = reinterpret_cast<char*>(info.pool().addr());
-  store::KeyHash hash = store::HashKey(key);
-  store::BucketPair pair = store::BucketsFor(hash, layout.bucket_count);
+  format::KeyHash hash = format::HashKey(key);
+  format::BucketPair pair = format::BucketsFor(hash, layout.bucket_count);
   for (uint64_t bucket : {pair.first, pair.second}) {
     const uint64_t* slots =
         reinterpret_cast<const uint64_t*>(pool + layout.bucket_offset(bucket));
-    for (size_t i = 0; i < store::kSlotsPerBucket; ++i) {
+    for (size_t i = 0; i < format::kSlotsPerBucket; ++i) {
       if (slots[i] == 0) continue;
-      store::Slot slot = store::DecodeSlot(slots[i]);
-      if (slot.fingerprint != store::Fingerprint(hash)) continue;
+      format::Slot slot = format::DecodeSlot(slots[i]);
+      if (slot.fingerprint != format::Fingerprint(hash)) continue;
       uint64_t slab = layout.slab_of(slot.offset);
       return reinterpret_cast<uint64_t*>(pool + layout.slab_meta(slab));
     }

@@ -19,9 +19,10 @@
 #include "client/region.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
+#include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
-#include "placement/placement.h"
+#include "placement/coordinator_client.h"
 #include "placement/region_layout.h"
 #include "rdma/rdma.h"
 #include "store/store.h"
@@ -42,10 +43,10 @@ class RegionSimTest : public ::testing::Test {
     std::cout << "seed=" << seed_ << std::endl;
     rng_.seed(seed_);
     fabric_ = rdma::SimFabric::Create(seed_);
-    placement::CoordinatorOptions copts;
+    coordinator::CoordinatorOptions copts;
     copts.heartbeat_interval = absl::Milliseconds(100);
     copts.dead_after = absl::Milliseconds(600);
-    auto coordinator = placement::Coordinator::Start(std::move(copts));
+    auto coordinator = coordinator::Coordinator::Start(std::move(copts));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     for (int i = 0; i < kNodes; ++i) {
@@ -115,7 +116,7 @@ class RegionSimTest : public ::testing::Test {
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::vector<std::unique_ptr<store::Node>> nodes_;
   std::unique_ptr<Client> a_, b_;
 };
@@ -563,7 +564,7 @@ absl::StatusOr<absl::Duration> OneLaneRead(const proto::NodeInfo& node,
 
 TEST_F(RegionTcpLoopbackTest, LargeTransfersRoundTripAndAreNotBoundByOneLane) {
   const uint64_t kBytes = BenchBytes();
-  auto coordinator = placement::Coordinator::Start({});
+  auto coordinator = coordinator::Coordinator::Start({});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   std::vector<std::unique_ptr<store::Node>> nodes;
   for (int i = 0; i < kNodes; ++i) {

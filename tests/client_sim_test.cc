@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
-#include "placement/placement.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 
@@ -29,7 +29,7 @@ class ClientSimTest : public ::testing::Test {
     seed_ = std::random_device()();
     std::cout << "seed=" << seed_ << std::endl;
     fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = placement::Coordinator::Start({});
+    auto coordinator = coordinator::Coordinator::Start({});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     store::NodeOptions options;
@@ -77,12 +77,12 @@ class ClientSimTest : public ::testing::Test {
   // An object READ: bucket READs are exactly one bucket long.
   static bool IsObjectRead(const rdma::WorkRequest& wr) {
     return wr.opcode == rdma::Opcode::kRead &&
-           wr.length != store::kBucketBytes && wr.length != 8;
+           wr.length != format::kBucketBytes && wr.length != 8;
   }
 
   uint64_t seed_;
   std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<store::Node> node_;
   std::unique_ptr<Client> a_, b_;
   std::atomic<bool> in_hook_{false};
@@ -96,7 +96,7 @@ TEST_F(ClientSimTest, GetRetriesWhenObjectReplacedMidRead) {
   InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
     ASSERT_TRUE(b_->Put("k", std::string(1000, '2')).ok());
     std::memset(reinterpret_cast<void*>(wr.remote_addr), 0xEE,
-                store::kObjectHeaderBytes);
+                format::kObjectHeaderBytes);
   });
   absl::StatusOr<std::string> v = a_->Get("k");
   ASSERT_TRUE(v.ok()) << v.status();
@@ -110,8 +110,8 @@ TEST_F(ClientSimTest, GetNeverReturnsAValueWhoseBytesChangedMidRead) {
   // header change): the digest must catch it, then the re-read finds B's.
   InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
     ASSERT_TRUE(b_->Put("k", std::string(5000, 'b')).ok());
-    char* value = reinterpret_cast<char*>(wr.remote_addr) +
-                  store::ValueOffset(1);
+    char* value =
+        reinterpret_cast<char*>(wr.remote_addr) + format::ValueOffset(1);
     std::memset(value + 100, 'X', 10);
   });
   absl::StatusOr<std::string> v = a_->Get("k");
@@ -123,7 +123,7 @@ TEST_F(ClientSimTest, GetReturnsDataLossWhenObjectNeverVerifies) {
   ASSERT_TRUE(a_->Put("k", std::string(300, 'v')).ok());
   InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
     // Persistent corruption of one value byte.
-    reinterpret_cast<char*>(wr.remote_addr)[store::ValueOffset(1) + 7] ^= 1;
+    reinterpret_cast<char*>(wr.remote_addr)[format::ValueOffset(1) + 7] ^= 1;
   });
   absl::StatusOr<std::string> v = a_->Get("k");
   EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss) << v.status();
@@ -187,9 +187,9 @@ TEST_F(ClientSimTest, GetWhoseHintedObjectIsReplacedInTheSameRoundTrip) {
   // A's object READ executes (after its bucket READs saw the old word).
   InterceptOnce(IsObjectRead, [&](const rdma::WorkRequest& wr) {
     ASSERT_TRUE(b_->Put("k", std::string(2000, '2')).ok());
-    std::memset(reinterpret_cast<char*>(wr.remote_addr) +
-                    store::ValueOffset(1) + 10,
-                'X', 10);
+    std::memset(
+        reinterpret_cast<char*>(wr.remote_addr) + format::ValueOffset(1) + 10,
+        'X', 10);
   });
   absl::StatusOr<std::string> v = a_->Get("k");
   ASSERT_TRUE(v.ok()) << v.status();
@@ -234,13 +234,13 @@ TEST_F(ClientSimTest, PutNeverReplacesAnotherKeysObjectBehindAnUnchangedSlotWord
   // Same size, same offset, another key: what reclamation and reuse by a
   // key with a colliding fingerprint would leave behind.
   const proto::NodeInfo& info = node_->info();
-  const uint64_t bytes = store::ObjectBytes(1, v1.size());
-  store::EncodeObject(
-      absl::MakeSpan(reinterpret_cast<char*>(object.load()), bytes), "x",
-      other, info.incarnation(), 77);
-  const uint64_t word = store::EncodeSlot(
-      store::Fingerprint(store::HashKey("k")), bytes,
-      object.load() - info.pool().addr());
+  const uint64_t bytes = format::ObjectBytes(1, v1.size());
+  format::EncodeObject(
+      absl::MakeSpan(reinterpret_cast<char*>(object.load()), bytes), "x", other,
+      info.incarnation(), 77);
+  const uint64_t word =
+      format::EncodeSlot(format::Fingerprint(format::HashKey("k")), bytes,
+                         object.load() - info.pool().addr());
   auto count_word = [&] {
     const uint64_t* index = reinterpret_cast<const uint64_t*>(
         info.pool().addr() + info.layout().index_offset());
@@ -441,7 +441,7 @@ TEST_F(ShortLeaseSimTest, PutWhoseLeaseEndsBeforeItsCasWritesAgainInANewSlab) {
     if (wr.opcode == rdma::Opcode::kWrite && wr.length > 1000) {
       object_writes.push_back(wr.remote_addr);
     }
-    if (wr.opcode == rdma::Opcode::kRead && wr.length == store::kBucketBytes &&
+    if (wr.opcode == rdma::Opcode::kRead && wr.length == format::kBucketBytes &&
         !object_writes.empty() && !stalled.exchange(true)) {
       absl::SleepFor(absl::Milliseconds(400));
     }
@@ -457,7 +457,7 @@ TEST_F(ShortLeaseSimTest, PutWhoseLeaseEndsBeforeItsCasWritesAgainInANewSlab) {
 TEST(ClientConnect, OpTimeoutAtOrAboveTheNodesLeaseMarginIsInvalidArgument) {
   ClientOptions options;
   options.coordinator = "127.0.0.1:1";
-  options.op_timeout = store::kLeaseMargin;
+  options.op_timeout = format::kLeaseMargin;
   auto client = Client::Connect(options);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument)
       << client.status();
@@ -502,7 +502,7 @@ TEST(ClientBootstrapTest, EndpointHandshakeTravelsOverTheNodeControlPlane) {
   uint64_t seed = std::random_device()();
   std::cout << "seed=" << seed << std::endl;
   auto fabric = rdma::SimFabric::Create(seed);
-  auto coordinator = placement::Coordinator::Start({});
+  auto coordinator = coordinator::Coordinator::Start({});
   ASSERT_TRUE(coordinator.ok());
   auto node_transport =
       std::make_unique<HandshakingTransport>(fabric->CreateTransport("n"));

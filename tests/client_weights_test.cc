@@ -11,10 +11,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/weights.h"
-#include "placement/placement.h"
 #include "rdma/rdma.h"
 #include "store/store.h"
 #include "tests/safetensors_writer.h"
@@ -44,7 +44,7 @@ class WeightsTest : public ::testing::Test {
     seed_ = std::random_device()();
     std::cout << "seed=" << seed_ << std::endl;
     fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = placement::Coordinator::Start({});
+    auto coordinator = coordinator::Coordinator::Start({});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     for (int i = 0; i < kNodes; ++i) {
@@ -116,7 +116,7 @@ class WeightsTest : public ::testing::Test {
   uint64_t seed_;
   ScopedTempDir dir_;
   std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::vector<std::unique_ptr<store::Node>> nodes_;
   std::unique_ptr<Client> client_;
 };

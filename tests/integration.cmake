@@ -8,7 +8,7 @@ set(MESHPOOL_INTEGRATION_SOURCES
   integration_kv_test.cc)
 meshpool_test(integration_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
-  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator
   LABELS integration
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="tcp")
@@ -17,7 +17,7 @@ add_dependencies(integration_test meshpool)
 # clients (the tests and the CLI) move data with memcpy over a memfd.
 meshpool_test(integration_shm_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
-  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator
   LABELS integration
   PREFIX shm.
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
@@ -25,7 +25,7 @@ meshpool_test(integration_shm_test
 add_dependencies(integration_shm_test meshpool)
 meshpool_test(integration_verbs_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
-  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_placement
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator
   LABELS verbs
   PREFIX verbs.
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"

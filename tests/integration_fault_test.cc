@@ -15,10 +15,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "placement/coordinator_client.h"
 #include "placement/placement.h"
-#include "store/layout.h"
 #include "tests/integration_util.h"
 
 namespace meshpool {
@@ -179,7 +180,7 @@ TEST(NodeFailureTest, KilledNodeLosesOnlyItsKeysAndNothingCrashes) {
   ASSERT_TRUE(map.ok());
   std::vector<std::string> home(kKeys);
   for (int i = 0; i < kKeys; ++i) {
-    store::KeyHash h = store::HashKey(key_of(i));
+    format::KeyHash h = format::HashKey(key_of(i));
     home[i] = map->nodes(placement::HomeNode(*map, h.lo, h.hi)).info().node_id();
   }
   // node-2 is the second node process started.

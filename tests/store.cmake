@@ -1,9 +1,9 @@
-# store/: layout, pool, slab manager, pin tables and evictor (no network) and
-# the node end to end.
+# store/: pool, slab manager, pin tables and evictor (no network) and the
+# node end to end.
 meshpool_test(store_test
-  SOURCES store_layout_test.cc store_pool_test.cc store_slab_test.cc
+  SOURCES store_pool_test.cc store_slab_test.cc
           store_session_test.cc store_evict_test.cc
   LIBS meshpool_store)
 meshpool_test(store_node_test
   SOURCES store_node_test.cc store_digest_test.cc store_node_kv_test.cc
-  LIBS meshpool_store meshpool_placement meshpool_rdma)
+  LIBS meshpool_store meshpool_coordinator meshpool_rdma)

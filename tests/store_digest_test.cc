@@ -1,6 +1,8 @@
 // store/node_service: DigestRanges on a NodeServer over a small pool in
 // ordinary memory (no coordinator, no one-sided traffic: the test writes
 // the region's bytes itself).
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -10,14 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/time/clock.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 #include "store/node_service.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
@@ -32,8 +32,8 @@ constexpr uint64_t kSlabBytes = 1 << 20;
 class DigestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<PoolLayout> layout =
-        ComputeLayout(uint64_t{10} << 20, kSlabBytes, 1024);
+    absl::StatusOr<format::PoolLayout> layout =
+        format::ComputeLayout(uint64_t{10} << 20, kSlabBytes, 1024);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ASSERT_GE(layout->slab_count, 4u);
     layout_ = *layout;
@@ -84,7 +84,7 @@ class DigestTest : public ::testing::Test {
                                  reply.digests().end());
   }
 
-  PoolLayout layout_;
+  format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<SlabManager> slabs_;
   std::unique_ptr<rdma::Transport> transport_;
@@ -156,7 +156,7 @@ TEST_F(DigestTest, MoreThanKMaxDigestBytesIsInvalidArgument) {
   ASSERT_TRUE(taken.ok()) << taken.status();
   const uint64_t a = layout_.slab_offset((*taken)[0]);
   std::vector<std::pair<uint64_t, uint64_t>> ranges(
-      kMaxDigestBytes / kSlabBytes, {a, kSlabBytes});
+      format::kMaxDigestBytes / kSlabBytes, {a, kSlabBytes});
   absl::StatusOr<std::vector<uint64_t>> d = Digest(ranges);  // exactly the cap
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->size(), ranges.size());

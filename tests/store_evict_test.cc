@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "store/evictor.h"
-#include "store/layout.h"
 #include "store/pin_tables.h"
 #include "store/slab_manager.h"
 #include "store/slot_clearer.h"
@@ -64,8 +64,8 @@ class EvictTest : public ::testing::Test {
 
   void Build(bool enabled, double high = 0.9, double low = 0.8) {
     // One page each of superblock, index, slab table and pin area.
-    absl::StatusOr<PoolLayout> layout =
-        ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, kBuckets, 2, 16);
+    absl::StatusOr<format::PoolLayout> layout =
+        format::ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, kBuckets, 2, 16);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ASSERT_EQ(layout->slab_count, kSlabs);
     layout_ = *layout;
@@ -130,11 +130,12 @@ class EvictTest : public ::testing::Test {
       const std::string key = absl::StrCat("key-", g->slab, "-", k);
       const std::string value(100, 'a' + k);
       const uint64_t offset = ObjectOffset(g->slab, k);
-      const uint64_t bytes = ObjectBytes(key.size(), value.size());
-      EncodeObject(absl::MakeSpan(pool() + offset, bytes), key, value,
-                   kIncarnation, 1);
+      const uint64_t bytes = format::ObjectBytes(key.size(), value.size());
+      format::EncodeObject(absl::MakeSpan(pool() + offset, bytes), key, value,
+                           kIncarnation, 1);
       const uint64_t slot = next_slot_++;
-      memory_[layout_.index_offset / 8 + slot] = EncodeSlot(7, bytes, offset);
+      memory_[layout_.index_offset / 8 + slot] =
+          format::EncodeSlot(7, bytes, offset);
       slot_slab_[slot] = g->slab;
     }
     if (seal) EXPECT_TRUE(slabs_->Release("writer", g->slab).ok());
@@ -159,14 +160,14 @@ class EvictTest : public ::testing::Test {
 
   void WritePin(const SessionGrant& session, uint64_t entry, uint64_t offset,
                 uint64_t expiry_ms) {
-    PinEntry pin{offset, expiry_ms};
-    std::memcpy(pool() + session.table_offset + entry * kPinEntryBytes, &pin,
-                sizeof(pin));
+    format::PinEntry pin{offset, expiry_ms};
+    std::memcpy(pool() + session.table_offset + entry * format::kPinEntryBytes,
+                &pin, sizeof(pin));
   }
   uint64_t NowMs() const { return absl::ToUnixMillis(now_); }
 
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
-  PoolLayout layout_;
+  format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<SlabManager> slabs_;
   std::unique_ptr<PinTables> pins_;
@@ -210,7 +211,7 @@ TEST_F(EvictTest,
   // Every CAS named a slot of an evicted slab.
   ASSERT_EQ(clearer_->offsets.size(), 2u * kObjectsPerSlab);
   for (uint64_t offset : clearer_->offsets) {
-    uint64_t slot = (offset - layout_.index_offset) / kSlotBytes;
+    uint64_t slot = (offset - layout_.index_offset) / format::kSlotBytes;
     uint64_t slab = slot_slab_.at(slot);
     EXPECT_TRUE(slab == order[0] || slab == order[1]) << slab;
   }
@@ -279,7 +280,7 @@ TEST_F(EvictTest, HardAndTtlPinnedSlabsSurviveWhileTheNextOnesGo) {
   for (uint64_t i = 0; i < kSlabs; ++i) order.push_back(FillSlab());
   absl::StatusOr<SessionGrant> session = pins_->Open("reader");
   ASSERT_TRUE(session.ok()) << session.status();
-  WritePin(*session, 0, ObjectOffset(order[0], 1), kPinForever);
+  WritePin(*session, 0, ObjectOffset(order[0], 1), format::kPinForever);
   WritePin(*session, 5, ObjectOffset(order[1], 2), NowMs() + 60'000);
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.pinned, 2u);
@@ -300,7 +301,7 @@ TEST_F(EvictTest, EvictingWordsAreSetBeforeThePinTablesAreRead) {
   for (uint64_t i = 0; i < kSlabs; ++i) order.push_back(FillSlab());
   absl::StatusOr<SessionGrant> session = pins_->Open("reader");
   ASSERT_TRUE(session.ok()) << session.status();
-  WritePin(*session, 0, ObjectOffset(order[0], 0), kPinForever);
+  WritePin(*session, 0, ObjectOffset(order[0], 0), format::kPinForever);
   // A client whose pin lands after the tables were read must see the slab's
   // evicting word set: so it is set before they are read.
   std::vector<std::pair<uint64_t, uint64_t>> seen;  // words of the batch
@@ -367,7 +368,7 @@ TEST_F(EvictTest, PinsOfASessionPastItsLeaseDoNotProtectEvenBeforeExpiry) {
   for (uint64_t i = 0; i < kSlabs; ++i) order.push_back(FillSlab());
   absl::StatusOr<SessionGrant> session = pins_->Open("dead client");
   ASSERT_TRUE(session.ok()) << session.status();
-  WritePin(*session, 0, ObjectOffset(order[0], 0), kPinForever);
+  WritePin(*session, 0, ObjectOffset(order[0], 0), format::kPinForever);
   now_ += kSessionLease;  // never renewed; ExpireStale has not run
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.pinned, 0u);
@@ -479,7 +480,7 @@ TEST_F(EvictTest, GrantIsResourceExhaustedWhenEverySlabHoldsALivePin) {
   ASSERT_TRUE(session.ok()) << session.status();
   for (uint64_t i = 0; i < kSlabs; ++i) {
     WritePin(*session, i, ObjectOffset(order[i], 0),
-             i % 2 == 0 ? kPinForever : NowMs() + 60'000);
+             i % 2 == 0 ? format::kPinForever : NowMs() + 60'000);
   }
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.evicted, 0u);
@@ -520,7 +521,7 @@ TEST_F(EvictTest, SlabPinnedAfterAFailedRoundGetsItsEvictingWordCleared) {
   ASSERT_NE(Evicting(order[0]), 0u);
   absl::StatusOr<SessionGrant> session = pins_->Open("reader");
   ASSERT_TRUE(session.ok()) << session.status();
-  WritePin(*session, 0, ObjectOffset(order[0], 0), kPinForever);
+  WritePin(*session, 0, ObjectOffset(order[0], 0), format::kPinForever);
   EvictRound round = evictor_->RunOnce();
   EXPECT_TRUE(round.status.ok()) << round.status;
   EXPECT_EQ(round.evicted, 2u);
@@ -535,7 +536,8 @@ TEST_F(EvictTest, SlotReplacedByAnotherObjectOfTheSameSlabIsClearedToo) {
   // word into the same slab and tries again with it.
   const uint64_t slot = slot_slab_.begin()->first;
   ASSERT_EQ(slot_slab_.at(slot), order[0]);
-  const uint64_t other = EncodeSlot(9, 128, ObjectOffset(order[0], 2) + 64);
+  const uint64_t other =
+      format::EncodeSlot(9, 128, ObjectOffset(order[0], 2) + 64);
   bool swapped = false;
   class SwappingClearer : public SlotClearer {
    public:

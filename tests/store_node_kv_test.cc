@@ -16,11 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/common.h"
+#include "coordinator/coordinator.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
-#include "placement/placement.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 
@@ -114,11 +114,11 @@ enum class Fabric { kTcp, kSim };
 class NodeKvTest : public ::testing::TestWithParam<Fabric> {
  protected:
   void SetUp() override {
-    placement::CoordinatorOptions c;
+    coordinator::CoordinatorOptions c;
     c.listen = "127.0.0.1:0";
     c.heartbeat_interval = absl::Milliseconds(20);
     c.dead_after = absl::Seconds(30);
-    auto coordinator = placement::Coordinator::Start(std::move(c));
+    auto coordinator = coordinator::Coordinator::Start(std::move(c));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     const uint64_t seed = std::random_device{}();
@@ -167,13 +167,13 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
   const proto::PoolLayout& layout() const { return node_->info().layout(); }
   uint64_t incarnation() const { return node_->info().incarnation(); }
   uint64_t SlotOffset(uint64_t slot) const {
-    return layout().index_offset() + slot * kSlotBytes;
+    return layout().index_offset() + slot * format::kSlotBytes;
   }
   uint64_t SlabOffset(uint64_t slab) const {
     return layout().slab_area_offset() + slab * layout().slab_bytes();
   }
   uint64_t EvictingOffset(uint64_t slab) const {
-    return layout().slab_meta_offset() + slab * kSlabMetaBytes;
+    return layout().slab_meta_offset() + slab * format::kSlabMetaBytes;
   }
 
   template <typename Request, typename Reply, typename Call>
@@ -232,12 +232,12 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     absl::StatusOr<proto::GrantSlabReply> g = Grant();
     ASSERT_TRUE(g.ok()) << g.status();
     const std::string key = absl::StrCat("key-", slot);
-    std::string object(ObjectBytes(key.size(), kValueBytes), '\0');
-    EncodeObject(absl::MakeSpan(object), key, std::string(kValueBytes, 'v'),
-                 incarnation(), slot);
+    std::string object(format::ObjectBytes(key.size(), kValueBytes), '\0');
+    format::EncodeObject(absl::MakeSpan(object), key,
+                         std::string(kValueBytes, 'v'), incarnation(), slot);
     ASSERT_TRUE(remote_->Write(g->offset(), object).ok());
-    const uint64_t word =
-        EncodeSlot(Fingerprint(HashKey(key)), object.size(), g->offset());
+    const uint64_t word = format::EncodeSlot(
+        format::Fingerprint(format::HashKey(key)), object.size(), g->offset());
     absl::StatusOr<uint64_t> old = remote_->Cas(SlotOffset(slot), 0, word);
     ASSERT_TRUE(old.ok()) << old.status();
     ASSERT_EQ(*old, 0u);
@@ -248,7 +248,7 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
   }
 
   FakeClock clock_;
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::shared_ptr<rdma::SimFabric> fabric_;
   std::unique_ptr<rdma::Transport> client_transport_;
   std::unique_ptr<Node> node_;
@@ -272,7 +272,7 @@ TEST_P(NodeKvTest, FullPoolEvictsUnpinnedSlabsThroughItsOwnTransport) {
         PutIntoNewSlab(slot, &slab_of_slot[slot], &object_of_slot[slot]));
   }
   // Hard-pin the oldest slab's object, as a client does: WRITE the entry.
-  PinEntry pin{object_of_slot[0], kPinForever};
+  format::PinEntry pin{object_of_slot[0], format::kPinForever};
   ASSERT_TRUE(
       remote_
           ->Write(session->pin_table_offset(),
@@ -300,12 +300,12 @@ TEST_P(NodeKvTest, FullPoolEvictsUnpinnedSlabsThroughItsOwnTransport) {
   proto::NodeStats stats = node_->Stats();
   EXPECT_EQ(stats.objects_evicted(), 3u);
   EXPECT_EQ(stats.pinned_objects(), 1u);
-  EXPECT_EQ(stats.pinned_bytes(), ObjectBytes(5, kValueBytes));
+  EXPECT_EQ(stats.pinned_bytes(), format::ObjectBytes(5, kValueBytes));
   ASSERT_EQ(stats.sessions_size(), 1);
   EXPECT_EQ(stats.sessions(0).pinned_objects(), 1u);
   // A grace later the evicted slabs are free and granted again, with their
   // evicting words cleared first.
-  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   absl::StatusOr<proto::GrantSlabReply> again;
   ASSERT_TRUE(Eventually([&] {
     again = Grant();
@@ -336,8 +336,9 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
   absl::StatusOr<proto::OpenSessionReply> b = OpenSession(incarnation());
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->pin_table_offset(),
-            layout().pin_area_offset() +
-                a->session() * layout().pins_per_session() * kPinEntryBytes);
+            layout().pin_area_offset() + a->session() *
+                                             layout().pins_per_session() *
+                                             format::kPinEntryBytes);
   EXPECT_EQ(a->pin_entries(), 64u);
   EXPECT_EQ(a->lease_ms(), 10000u);
   EXPECT_EQ(a->node_clock_ms(), uint64_t(absl::ToUnixMillis(clock_.Now())));
@@ -347,10 +348,10 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
   proto::OpenSessionReply wrong = *a;
   wrong.set_token(a->token() + 1);
   EXPECT_EQ(Renew(wrong, 0).code(), absl::StatusCode::kNotFound);
-  PinEntry pin{SlabOffset(0), kPinForever};
+  format::PinEntry pin{SlabOffset(0), format::kPinForever};
   ASSERT_TRUE(
       remote_
-          ->Write(a->pin_table_offset() + 3 * kPinEntryBytes,
+          ->Write(a->pin_table_offset() + 3 * format::kPinEntryBytes,
                   std::string(reinterpret_cast<char*>(&pin), sizeof(pin)))
           .ok());
   EXPECT_EQ(node_->Stats().sessions_size(), 1);
@@ -359,9 +360,9 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
   clock_.Advance(absl::Seconds(10));
   ASSERT_TRUE(Eventually([&] { return node_->Stats().sessions_size() == 0; }));
   absl::StatusOr<std::string> table =
-      remote_->Read(a->pin_table_offset(), 64 * kPinEntryBytes);
+      remote_->Read(a->pin_table_offset(), 64 * format::kPinEntryBytes);
   ASSERT_TRUE(table.ok()) << table.status();
-  EXPECT_EQ(*table, std::string(64 * kPinEntryBytes, '\0'));
+  EXPECT_EQ(*table, std::string(64 * format::kPinEntryBytes, '\0'));
   EXPECT_EQ(Renew(*a, 41).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(node_->Stats().clients_total().hits(), 40u);
 }
@@ -386,9 +387,10 @@ TEST_P(NodeKvTest, WithoutEvictionAFullPoolIsResourceExhausted) {
 
 TEST_P(NodeKvTest, PublishesTheV2LayoutInNodeInfoAndTheSuperblock) {
   ASSERT_NO_FATAL_FAILURE(Start(Options()));
-  absl::StatusOr<std::string> bytes = remote_->Read(0, sizeof(Superblock));
+  absl::StatusOr<std::string> bytes =
+      remote_->Read(0, sizeof(format::Superblock));
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  Superblock sb;
+  format::Superblock sb;
   std::memcpy(&sb, bytes->data(), sizeof(sb));
   EXPECT_EQ(sb.version, 2u);
   EXPECT_EQ(sb.slab_meta_offset, layout().slab_meta_offset());
@@ -400,7 +402,7 @@ TEST_P(NodeKvTest, PublishesTheV2LayoutInNodeInfoAndTheSuperblock) {
   EXPECT_GT(layout().slab_meta_offset(), layout().index_offset());
   EXPECT_GT(layout().pin_area_offset(), layout().slab_meta_offset());
   EXPECT_GE(layout().slab_area_offset(),
-            layout().pin_area_offset() + 4 * 64 * kPinEntryBytes);
+            layout().pin_area_offset() + 4 * 64 * format::kPinEntryBytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, NodeKvTest,

@@ -18,12 +18,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/common.h"
+#include "coordinator/coordinator.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
-#include "placement/placement.h"
+#include "placement/coordinator_client.h"
 #include "placement/region_layout.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
-#include "store/layout.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 
@@ -59,14 +60,14 @@ bool Eventually(F done) {
   return true;
 }
 
-std::unique_ptr<placement::Coordinator> StartCoordinator(
+std::unique_ptr<coordinator::Coordinator> StartCoordinator(
     std::string listen = "127.0.0.1:0") {
-  placement::CoordinatorOptions options;
+  coordinator::CoordinatorOptions options;
   options.listen = std::move(listen);
   options.heartbeat_interval = absl::Milliseconds(20);
   options.dead_after = absl::Seconds(30);  // no node dies in these tests
-  absl::StatusOr<std::unique_ptr<placement::Coordinator>> c =
-      placement::Coordinator::Start(std::move(options));
+  absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> c =
+      coordinator::Coordinator::Start(std::move(options));
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
 }
@@ -120,7 +121,7 @@ class NodeTest : public ::testing::Test {
     coordinator_ = StartCoordinator();
     ASSERT_NE(coordinator_, nullptr);
   }
-  std::unique_ptr<placement::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
 };
 
 TEST_F(NodeTest, RegistersAliveWithLayoutAndRegion) {
@@ -138,7 +139,7 @@ TEST_F(NodeTest, RegistersAliveWithLayoutAndRegion) {
   EXPECT_EQ(entry->info().capacity_bytes(), kCapacity);
   EXPECT_EQ(entry->info().layout().pool_bytes(), kCapacity);
   EXPECT_EQ(entry->info().layout().slab_bytes(), 4u << 20);
-  EXPECT_EQ(entry->info().layout().index_offset(), kSuperblockBytes);
+  EXPECT_EQ(entry->info().layout().index_offset(), format::kSuperblockBytes);
   EXPECT_GT(entry->info().layout().slab_count(), 0u);
   EXPECT_EQ(entry->info().pool().length(), kCapacity);
   EXPECT_NE(entry->info().pool().addr(), 0u);
@@ -162,7 +163,7 @@ TEST_F(NodeTest, ClientReadsSuperblockOneSidedly) {
   auto endpoint = (*client)->Connect(info.transport_addresses(0), nullptr);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Superblock and the first index bucket in one READ.
-  std::vector<char> buf(kSuperblockBytes + kBucketBytes, 1);
+  std::vector<char> buf(format::kSuperblockBytes + format::kBucketBytes, 1);
   rdma::WorkRequest read;
   read.opcode = rdma::Opcode::kRead;
   read.local = buf.data();
@@ -172,15 +173,15 @@ TEST_F(NodeTest, ClientReadsSuperblockOneSidedly) {
   rdma::Completion done;
   ASSERT_TRUE(
       rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
-  Superblock sb;
+  format::Superblock sb;
   std::memcpy(&sb, buf.data(), sizeof(sb));
-  EXPECT_EQ(sb.magic, kSuperblockMagic);
-  EXPECT_EQ(sb.version, kFormatVersion);
+  EXPECT_EQ(sb.magic, format::kSuperblockMagic);
+  EXPECT_EQ(sb.version, format::kFormatVersion);
   EXPECT_EQ(sb.incarnation, info.incarnation());
   EXPECT_EQ(sb.pool_bytes, kCapacity);
   EXPECT_EQ(sb.slab_count, info.layout().slab_count());
-  for (size_t i = kSuperblockBytes; i < buf.size(); ++i) {
-    ASSERT_EQ(buf[i], 0) << "index byte " << i - kSuperblockBytes;
+  for (size_t i = format::kSuperblockBytes; i < buf.size(); ++i) {
+    ASSERT_EQ(buf[i], 0) << "index byte " << i - format::kSuperblockBytes;
   }
 }
 
@@ -244,7 +245,7 @@ TEST_F(NodeTest, ReleasedSlabIsReclaimedInTheBackgroundAfterGrace) {
   EXPECT_EQ((*node)->Stats().slabs_sealed(), 1u);
   // Time stands still: however many passes run, the slab stays sealed until
   // the clock moves past the grace. Move it in steps until a pass frees it.
-  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   ASSERT_TRUE(Eventually([&] {
     if ((*node)->Stats().slabs_reclaimed() == 1) return true;
     clock.Advance(grace / 4);
@@ -292,14 +293,15 @@ TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
   // Publish an object in the slab (its bytes do not matter to the node).
   auto client = rdma::CreateTcpTransport();
   ASSERT_TRUE(client.ok()) << client.status();
-  const uint64_t slot_offset = info.layout().index_offset() + 3 * kSlotBytes;
-  const uint64_t word = EncodeSlot(0xab, 256, g->offset() + 64);
+  const uint64_t slot_offset =
+      info.layout().index_offset() + 3 * format::kSlotBytes;
+  const uint64_t word = format::EncodeSlot(0xab, 256, g->offset() + 64);
   absl::StatusOr<uint64_t> old =
       CompareSwap(**client, info, slot_offset, 0, word);
   ASSERT_TRUE(old.ok()) << old.status();
   ASSERT_EQ(*old, 0u);
   // The lease runs out (node side: lease + margin) and a pass sees the slot.
-  clock.Advance(options.slab_lease + kLeaseMargin);
+  clock.Advance(options.slab_lease + format::kLeaseMargin);
   ASSERT_TRUE(Eventually([&] {
     proto::NodeStats s = (*node)->Stats();
     return s.objects() == 1 && s.slabs_sealed() == 1;
@@ -309,7 +311,7 @@ TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
   old = CompareSwap(**client, info, slot_offset, word, 0);
   ASSERT_TRUE(old.ok()) << old.status();
   ASSERT_EQ(*old, word);
-  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   ASSERT_TRUE(Eventually([&] {
     if ((*node)->Stats().slabs_reclaimed() == 1) return true;
     clock.Advance(grace / 4);
@@ -347,7 +349,7 @@ TEST_F(NodeTest, ServesOverTheSimulatedFabric) {
   std::unique_ptr<rdma::Transport> client = fabric->CreateTransport("client");
   auto endpoint = client->Connect(info.transport_addresses(0), nullptr);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  Superblock sb{};
+  format::Superblock sb{};
   rdma::WorkRequest read;
   read.opcode = rdma::Opcode::kRead;
   read.local = &sb;
@@ -357,7 +359,7 @@ TEST_F(NodeTest, ServesOverTheSimulatedFabric) {
   rdma::Completion done;
   ASSERT_TRUE(
       rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
-  EXPECT_EQ(sb.magic, kSuperblockMagic);
+  EXPECT_EQ(sb.magic, format::kSuperblockMagic);
   EXPECT_EQ(sb.incarnation, info.incarnation());
 }
 
@@ -612,7 +614,7 @@ TEST_F(NodeTest, CoordinatorCreatesRegionOnNodesAndDeleteReturnsTheSlabs) {
             absl::StatusCode::kNotFound);
   for (const auto& n : nodes) EXPECT_EQ(n->Stats().slabs_region(), 0u);
   // The slabs come back once the grace has passed.
-  const absl::Duration grace = options.max_read_lease + kReclaimMargin;
+  const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   ASSERT_TRUE(Eventually([&] {
     uint64_t reclaimed = 0;
     for (const auto& n : nodes) reclaimed += n->Stats().slabs_reclaimed();
@@ -657,11 +659,11 @@ TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
   // lands first; so the test keeps jumping until the node learns it was
   // declared dead (the 30 s bound is a failure bound, not a sync point).
   std::atomic<int64_t> now_ns{absl::ToUnixNanos(absl::Now())};
-  placement::CoordinatorOptions coptions;
+  coordinator::CoordinatorOptions coptions;
   coptions.heartbeat_interval = absl::Milliseconds(20);
   coptions.dead_after = absl::Seconds(1);
   coptions.clock = [&now_ns] { return absl::FromUnixNanos(now_ns.load()); };
-  auto coordinator = placement::Coordinator::Start(std::move(coptions));
+  auto coordinator = coordinator::Coordinator::Start(std::move(coptions));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   absl::Notification fenced;
   NodeOptions options = BaseOptions((*coordinator)->address());
@@ -684,7 +686,7 @@ TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
     ASSERT_TRUE(endpoint.ok());
     ASSERT_TRUE(
         rdma::PostAndWait(**endpoint, {&read, 1}, {&done, 1}, kPatience).ok());
-    EXPECT_EQ(word, kSuperblockMagic);
+    EXPECT_EQ(word, format::kSuperblockMagic);
   }
   absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (!fenced.WaitForNotificationWithTimeout(absl::Milliseconds(50)) &&

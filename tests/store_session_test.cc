@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "format/layout.h"
 #include "gtest/gtest.h"
-#include "store/layout.h"
 #include "store/pin_tables.h"
 
 namespace meshpool::store {
@@ -22,8 +22,8 @@ constexpr absl::Duration kLease = absl::Seconds(10);
 class SessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<PoolLayout> layout =
-        ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, 16, kSessions, kPins);
+    absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(
+        4 * 4096 + kSlabs * 4096, 4096, 16, kSessions, kPins);
     ASSERT_TRUE(layout.ok()) << layout.status();
     layout_ = *layout;
     memory_.assign(layout_.pool_bytes / 8, 0);
@@ -43,12 +43,12 @@ class SessionTest : public ::testing::Test {
 
   void WritePin(const SessionGrant& s, uint64_t entry, uint64_t offset,
                 uint64_t expiry_ms) {
-    PinEntry pin{offset, expiry_ms};
-    std::memcpy(pool() + s.table_offset + entry * kPinEntryBytes, &pin,
+    format::PinEntry pin{offset, expiry_ms};
+    std::memcpy(pool() + s.table_offset + entry * format::kPinEntryBytes, &pin,
                 sizeof(pin));
   }
   bool TableIsZero(const SessionGrant& s) const {
-    for (uint64_t w = 0; w < kPins * kPinEntryBytes / 8; ++w) {
+    for (uint64_t w = 0; w < kPins * format::kPinEntryBytes / 8; ++w) {
       if (memory_[s.table_offset / 8 + w] != 0) return false;
     }
     return true;
@@ -56,9 +56,9 @@ class SessionTest : public ::testing::Test {
   // Writes an object (as a client's PUT would) at `offset`; returns its size.
   uint64_t PutObject(uint64_t offset, const std::string& key,
                      size_t value_bytes) {
-    const uint64_t bytes = ObjectBytes(key.size(), value_bytes);
-    EncodeObject(absl::MakeSpan(pool() + offset, bytes), key,
-                 std::string(value_bytes, 'v'), kIncarnation, 1);
+    const uint64_t bytes = format::ObjectBytes(key.size(), value_bytes);
+    format::EncodeObject(absl::MakeSpan(pool() + offset, bytes), key,
+                         std::string(value_bytes, 'v'), kIncarnation, 1);
     return bytes;
   }
   SessionGrant Open(const std::string& client) {
@@ -68,7 +68,7 @@ class SessionTest : public ::testing::Test {
   }
 
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
-  PoolLayout layout_;
+  format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<PinTables> pins_;
 };
@@ -160,7 +160,7 @@ TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
   SessionGrant s = Open("c");
   ASSERT_TRUE(pins_->Close(s.session, s.token, {}).ok());
   // A late WRITE from the closed session, while the table rests.
-  WritePin(s, 1, layout_.slab_offset(1), kPinForever);
+  WritePin(s, 1, layout_.slab_offset(1), format::kPinForever);
   now_ += kPinTableQuarantine;
   for (uint32_t i = 0; i < kSessions; ++i) {
     SessionGrant again = Open("next");
@@ -170,7 +170,7 @@ TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
 
 TEST_F(SessionTest, CloseZeroesTheTable) {
   SessionGrant s = Open("c");
-  WritePin(s, 0, layout_.slab_offset(1), kPinForever);
+  WritePin(s, 0, layout_.slab_offset(1), format::kPinForever);
   WritePin(s, kPins - 1, layout_.slab_offset(2), NowMs() + 1000);
   ASSERT_FALSE(TableIsZero(s));
   ASSERT_TRUE(pins_->Close(s.session, s.token, {}).ok());
@@ -180,8 +180,8 @@ TEST_F(SessionTest, CloseZeroesTheTable) {
 TEST_F(SessionTest, ExpiredSessionStopsProtectingAndItsTableIsZeroed) {
   SessionGrant s = Open("dies");
   SessionGrant other = Open("lives");
-  WritePin(s, 3, layout_.slab_offset(1) + 64, kPinForever);
-  WritePin(other, 0, layout_.slab_offset(2), kPinForever);
+  WritePin(s, 3, layout_.slab_offset(1) + 64, format::kPinForever);
+  WritePin(other, 0, layout_.slab_offset(2), format::kPinForever);
   const std::vector<uint64_t> slabs = {1, 2};
   EXPECT_EQ(pins_->PinnedSlabs(slabs), (std::vector<bool>{true, true}));
   now_ += kLease / 2;
@@ -200,7 +200,7 @@ TEST_F(SessionTest, ExpiredSessionStopsProtectingAndItsTableIsZeroed) {
 
 TEST_F(SessionTest, RenewAfterTheLeasePassedIsNotFoundAndEndsTheSession) {
   SessionGrant s = Open("late");
-  WritePin(s, 0, layout_.slab_offset(0), kPinForever);
+  WritePin(s, 0, layout_.slab_offset(0), format::kPinForever);
   now_ += kLease;
   absl::Status late = pins_->Renew(s.session, s.token, {}).status();
   EXPECT_EQ(late.code(), absl::StatusCode::kNotFound);
@@ -211,12 +211,12 @@ TEST_F(SessionTest, RenewAfterTheLeasePassedIsNotFoundAndEndsTheSession) {
 
 TEST_F(SessionTest, PinnedSlabsCountsHardAndUnexpiredPinsOnly) {
   SessionGrant s = Open("c");
-  WritePin(s, 0, layout_.slab_offset(0) + 128, kPinForever);
+  WritePin(s, 0, layout_.slab_offset(0) + 128, format::kPinForever);
   WritePin(s, 1, layout_.slab_offset(1), NowMs() + 1);
   WritePin(s, 2, layout_.slab_offset(2), NowMs());      // lapsed
   WritePin(s, 3, layout_.slab_offset(3), NowMs() - 5);  // lapsed
-  WritePin(s, 4, 0, kPinForever);                       // unused entry
-  WritePin(s, 5, layout_.index_offset, kPinForever);    // not in a slab
+  WritePin(s, 4, 0, format::kPinForever);               // unused entry
+  WritePin(s, 5, layout_.index_offset, format::kPinForever);  // not in a slab
   EXPECT_EQ(pins_->PinnedSlabs({0, 1, 2, 3}),
             (std::vector<bool>{true, true, false, false}));
   now_ += absl::Milliseconds(1);  // the TTL pin lapses too
@@ -232,18 +232,19 @@ TEST_F(SessionTest, StatsCountDistinctPinnedObjectsAndSkipGarbage) {
   const uint64_t o2 = layout_.slab_offset(1) + 256;
   const uint64_t bytes1 = PutObject(o1, "first", 300);
   const uint64_t bytes2 = PutObject(o2, "second", 1000);
-  WritePin(a, 0, o1, kPinForever);
+  WritePin(a, 0, o1, format::kPinForever);
   WritePin(a, 1, o1, NowMs() + 100);  // the same object twice
   WritePin(a, 2, o2, NowMs() + 100);
-  WritePin(b, 0, o2, kPinForever);  // and by another session
-  WritePin(b, 1, layout_.slab_offset(2), kPinForever);  // zeros: no object
-  WritePin(b, 2, o1 + 64, kPinForever);                 // inside an object
+  WritePin(b, 0, o2, format::kPinForever);  // and by another session
+  WritePin(b, 1, layout_.slab_offset(2),
+           format::kPinForever);                        // zeros: no object
+  WritePin(b, 2, o1 + 64, format::kPinForever);         // inside an object
   WritePin(b, 3, o2, NowMs() - 1);                      // lapsed
   // A torn header: its checksum no longer matches.
   const uint64_t o3 = layout_.slab_offset(3);
   PutObject(o3, "torn", 10);
   memory_[o3 / 8 + 2] ^= 1;
-  WritePin(b, 4, o3, kPinForever);
+  WritePin(b, 4, o3, format::kPinForever);
   proto::NodeStats stats;
   pins_->FillStats(&stats);
   EXPECT_EQ(stats.pinned_objects(), 2u);
@@ -290,7 +291,7 @@ TEST_F(SessionTest, ClientTotalsIncludeClosedAndExpiredSessions) {
 
 TEST(PinTablesCreate, RejectsLayoutsWithoutPinAreaAndBadLeases) {
   std::vector<uint64_t> memory(1 << 20);
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(8 << 20);
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(8 << 20);
   ASSERT_TRUE(layout.ok());
   PinTablesOptions options;
   options.layout = *layout;

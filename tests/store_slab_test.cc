@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
-#include "store/layout.h"
 #include "store/slab_manager.h"
 
 namespace meshpool::store {
@@ -35,8 +35,8 @@ class SlabTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One page each of superblock, index, slab table and pin area.
-    absl::StatusOr<PoolLayout> layout =
-        ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, 16, 2, 16);
+    absl::StatusOr<format::PoolLayout> layout =
+        format::ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, 16, 2, 16);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ASSERT_EQ(layout->slab_count, kSlabs);
     layout_ = *layout;
@@ -54,7 +54,8 @@ class SlabTest : public ::testing::Test {
 
   // Publishes an object at `offset` into index slot `slot`.
   void Publish(uint64_t slot, uint64_t offset) {
-    memory_[layout_.index_offset / 8 + slot] = EncodeSlot(1, 128, offset);
+    memory_[layout_.index_offset / 8 + slot] =
+        format::EncodeSlot(1, 128, offset);
   }
   void Unpublish(uint64_t slot) {
     memory_[layout_.index_offset / 8 + slot] = 0;
@@ -72,7 +73,7 @@ class SlabTest : public ::testing::Test {
   void DirtyEverySlab();
 
   absl::Time now_ = absl::FromUnixSeconds(1000000);
-  PoolLayout layout_;
+  format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<SlabManager> slabs_;
 };
@@ -108,7 +109,7 @@ TEST_F(SlabTest, LeaseExpirySealsOnlyAfterTheNodeSideMargin) {
   now_ += kLease;  // the client's lease is over; the node waits kLeaseMargin
   slabs_->Reclaim();
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kGranted);
-  now_ += kLeaseMargin;
+  now_ += format::kLeaseMargin;
   slabs_->Reclaim();
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kSealed);
 }
@@ -199,14 +200,14 @@ TEST_F(SlabTest, CountsReportStatesAndUsedBytes) {
   EXPECT_EQ(c.free, kSlabs - 2);
   EXPECT_EQ(c.used_bytes, 2 * layout_.slab_bytes);
   EXPECT_EQ(c.objects, 2u);
-  EXPECT_EQ(c.index_slots, layout_.bucket_count * kSlotsPerBucket);
+  EXPECT_EQ(c.index_slots, layout_.bucket_count * format::kSlotsPerBucket);
 }
 
 // ---- Region slabs ----
 
 // True when every byte of `slab` is zero.
-bool SlabIsZero(const std::vector<uint64_t>& memory, const PoolLayout& layout,
-                uint64_t slab) {
+bool SlabIsZero(const std::vector<uint64_t>& memory,
+                const format::PoolLayout& layout, uint64_t slab) {
   for (uint64_t w = 0; w < layout.slab_bytes / 8; ++w) {
     if (memory[layout.slab_offset(slab) / 8 + w] != 0) return false;
   }
@@ -214,7 +215,7 @@ bool SlabIsZero(const std::vector<uint64_t>& memory, const PoolLayout& layout,
 }
 
 // Fills `slab`'s bytes with a nonzero pattern.
-void Scribble(std::vector<uint64_t>& memory, const PoolLayout& layout,
+void Scribble(std::vector<uint64_t>& memory, const format::PoolLayout& layout,
               uint64_t slab) {
   for (uint64_t w = 0; w < layout.slab_bytes / 8; ++w) {
     memory[layout.slab_offset(slab) / 8 + w] = 0xdeadbeefdeadbeef;
@@ -264,7 +265,7 @@ TEST_F(SlabTest, RegionSlabsOutliveLeasesAndReclamation) {
     ReclaimPass pass = slabs_->Reclaim();
     EXPECT_EQ(pass.freed, 0u);
     EXPECT_EQ(pass.candidates, 0u);
-    now_ += kLease + kLeaseMargin + slabs_->grace();
+    now_ += kLease + format::kLeaseMargin + slabs_->grace();
   }
   EXPECT_EQ(slabs_->state(slab), SlabState::kRegion);
 }
@@ -430,7 +431,7 @@ TEST_F(SlabTest, CountsIncludeRegionSlabsInUsedBytes) {
 }
 
 TEST(SlabManagerCreate, RejectsNonPositiveLeases) {
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(64 << 20);
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(64 << 20);
   ASSERT_TRUE(layout.ok());
   std::vector<uint64_t> memory(8);
   SlabManagerOptions options;
@@ -442,7 +443,7 @@ TEST(SlabManagerCreate, RejectsNonPositiveLeases) {
   options.max_read_lease = -absl::Seconds(1);
   EXPECT_EQ(SlabManager::Create(options, memory.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  options.max_read_lease = kMaxLease + absl::Seconds(1);
+  options.max_read_lease = format::kMaxLease + absl::Seconds(1);
   EXPECT_EQ(SlabManager::Create(options, memory.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "coordinator/coordinator.h"
 #include "meshpool/client.h"
-#include "placement/placement.h"
 #include "rdma/rdma.h"
 #include "store/evictor.h"
 #include "store/store.h"
@@ -47,7 +47,7 @@ int RunCoordinator(int argc, char** argv) {
   flags.Define("heartbeat-interval", "500ms", "how often nodes heartbeat");
   flags.Define("dead-after", "3s", "declare a silent node dead after this");
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
-  placement::CoordinatorOptions options;
+  coordinator::CoordinatorOptions options;
   options.listen = flags.Get("listen");
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
@@ -56,7 +56,7 @@ int RunCoordinator(int argc, char** argv) {
   options.heartbeat_interval = *interval;
   options.dead_after = *dead;
   BlockStopSignals();
-  auto coordinator = placement::Coordinator::Start(std::move(options));
+  auto coordinator = coordinator::Coordinator::Start(std::move(options));
   if (!coordinator.ok()) return Fail("coordinator", coordinator.status());
   // LocalCluster reads this line: keep the address as the last word.
   std::printf("meshpool coordinator listening on %s\n",

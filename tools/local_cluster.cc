@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/common.h"
-#include "placement/placement.h"
+#include "placement/coordinator_client.h"
 
 namespace meshpool::tools {
 namespace {

@@ -1,5 +1,5 @@
 // RegionNodes over gRPC: the coordinator's stub of each memory node's Node
-// service (placement/region_table.h). The only gRPC code of the region
+// service (coordinator/region_table.h). The only gRPC code of the region
 // table.
 #include <map>
 #include <memory>
@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
-#include "placement/region_table.h"
+#include "coordinator/region_table.h"
 #include "proto/proto.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 namespace {
 
 class GrpcRegionNodes final : public RegionNodes {
@@ -69,7 +69,7 @@ class GrpcRegionNodes final : public RegionNodes {
     if (stub == nullptr) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-      args.SetMaxReceiveMessageSize(static_cast<int>(kMaxRegionInfoBytes));
+      args.SetMaxReceiveMessageSize(static_cast<int>(placement::kMaxRegionInfoBytes));
       stub = proto::Node::NewStub(
           grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     }
@@ -84,4 +84,4 @@ class GrpcRegionNodes final : public RegionNodes {
 
 std::unique_ptr<RegionNodes> NewGrpcRegionNodes() { return std::make_unique<GrpcRegionNodes>(); }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

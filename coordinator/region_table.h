@@ -1,4 +1,4 @@
-// meshpool/placement/region_table.h: the coordinator's region rules.
+// meshpool/coordinator/region_table.h: the coordinator's region rules.
 //
 // A region is named memory striped across the memory nodes and hard-pinned
 // there (proto/meshpool.proto, "Regions"). RegionTable creates, finds,
@@ -26,8 +26,8 @@
 // No gRPC here (region_nodes_grpc.cc implements RegionNodes over gRPC).
 // Thread-safety: RegionTable is thread-safe; node calls run without its
 // lock held, so a slow create does not block other calls.
-#ifndef MESHPOOL_PLACEMENT_REGION_TABLE_H_
-#define MESHPOOL_PLACEMENT_REGION_TABLE_H_
+#ifndef MESHPOOL_COORDINATOR_REGION_TABLE_H_
+#define MESHPOOL_COORDINATOR_REGION_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -43,11 +43,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "placement/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 #include "placement/region_layout.h"
 #include "proto/meshpool.pb.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 // Deadlines of the coordinator's calls to memory nodes. Allocation
 // zero-fills the slabs, so it gets long; the client's CreateRegion
@@ -59,14 +59,6 @@ inline constexpr absl::Duration kNodeFreeTimeout = absl::Seconds(3);
 // Node calls of one create or delete run on at most this many threads.
 inline constexpr size_t kMaxParallelNodeCalls = 32;
 static_assert(kMaxParallelNodeCalls >= 1);
-
-// The largest RegionInfo: 2 bytes per stripe copy (stripe_extents), at most
-// one slab offset per copy (a varint of at most 10 bytes, plus framing),
-// and per extent its node id and fields. Control-plane channels that carry
-// a RegionInfo or an AllocateRegionReply accept messages up to this size.
-inline constexpr uint64_t kMaxRegionInfoBytes =
-    kMaxRegionStripes * kMaxReplicas * (2 + 11) + kMaxRegionExtents * 128 + (1 << 20);
-static_assert(kMaxRegionInfoBytes < (uint64_t{1} << 31), "gRPC message sizes are int");
 
 // What the coordinator asks of memory nodes; gRPC in production, a fake in
 // tests. Implementations are thread-safe. Each call names the node by its
@@ -163,6 +155,6 @@ class RegionTable {
   std::set<std::string, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator
 
-#endif  // MESHPOOL_PLACEMENT_REGION_TABLE_H_
+#endif  // MESHPOOL_COORDINATOR_REGION_TABLE_H_

@@ -14,12 +14,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "placement/coordinator_client.h"
 #include "placement/placement.h"
 #include "proto/proto.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 class CoordinatorTestPeer {
  public:
@@ -135,8 +137,8 @@ class CoordinatorTest : public ::testing::Test {
         Coordinator::Start(std::move(options));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
-    absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-        CoordinatorClient::Connect(coordinator_->address());
+    absl::StatusOr<std::unique_ptr<placement::CoordinatorClient>> client =
+        placement::CoordinatorClient::Connect(coordinator_->address());
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
@@ -167,7 +169,7 @@ class CoordinatorTest : public ::testing::Test {
   FakeClock clock_;
   absl::Duration dead_after_;
   std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<CoordinatorClient> client_;
+  std::unique_ptr<placement::CoordinatorClient> client_;
 };
 
 TEST_F(CoordinatorTest, RegisterAssignsIdsAndBumpsEpoch) {
@@ -252,7 +254,7 @@ TEST_F(CoordinatorTest, SilentNodeIsDeclaredDead) {
   // The dead node must register again; placement skips it.
   EXPECT_FALSE(Beat(silent, 1).known());
   for (uint64_t key = 0; key < 100; ++key) {
-    const int home = HomeNode(map, key, ~key);
+    const int home = placement::HomeNode(map, key, ~key);
     ASSERT_GE(home, 0);
     EXPECT_EQ(map.nodes(home).info().node_id(), chatty);
   }
@@ -324,7 +326,7 @@ TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
   cases.back().info.set_capacity_bytes(0);
   cases.push_back({"layout", ValidNode()});
   cases.back().info.clear_layout();
-  cases.push_back({"node_id", ValidNode(std::string(kMaxNodeIdBytes + 1, 'n'))});
+  cases.push_back({"node_id", ValidNode(std::string(placement::kMaxNodeIdBytes + 1, 'n'))});
   for (const Case& c : cases) {
     absl::StatusOr<proto::RegisterNodeReply> reply = client_->RegisterNode(c.info);
     ASSERT_FALSE(reply.ok()) << c.what;
@@ -338,7 +340,7 @@ TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
 TEST_F(CoordinatorTest, WatchSeesInitialMapJoinAndDeath) {
   const std::string first = Register(ValidNode()).node_id();
   MapCollector maps;
-  absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> watch =
+  absl::StatusOr<std::unique_ptr<placement::CoordinatorClient::Watch>> watch =
       client_->WatchClusterMap(0, maps.Callback());
   ASSERT_TRUE(watch.ok()) << watch.status();
   EXPECT_EQ(maps.AwaitEpoch(1).nodes_size(), 1);
@@ -444,8 +446,8 @@ TEST(CoordinatorClientTest, ConnectWhereNothingListensIsUnavailable) {
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length), 0);
   const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
 
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect(address, absl::Milliseconds(300));
+  absl::StatusOr<std::unique_ptr<placement::CoordinatorClient>> client =
+      placement::CoordinatorClient::Connect(address, absl::Milliseconds(300));
   close(fd);
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
@@ -457,7 +459,7 @@ TEST(CoordinatorClientTest, ConnectWhereNothingListensIsUnavailable) {
 }
 
 TEST(CoordinatorClientTest, ConnectWithoutAddressIsInvalidArgument) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect("");
+  absl::StatusOr<std::unique_ptr<placement::CoordinatorClient>> client = placement::CoordinatorClient::Connect("");
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -483,4 +485,4 @@ TEST(CoordinatorStartTest, PortInUseIsFailedPrecondition) {
 }
 
 }  // namespace
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

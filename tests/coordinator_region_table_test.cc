@@ -1,4 +1,4 @@
-// placement/region_table: the coordinator's region rules over a fake set of
+// coordinator/region_table: the coordinator's region rules over a fake set of
 // memory nodes (no network).
 #include <map>
 #include <memory>
@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/coordinator_state.h"
+#include "coordinator/region_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "placement/coordinator_state.h"
 #include "placement/region_layout.h"
-#include "placement/region_table.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
@@ -189,7 +189,7 @@ TEST_F(RegionTableTest, CreateGetListDelete) {
   EXPECT_EQ(info->replicas(), 1u);
   EXPECT_EQ(info->created_unix_ms(), 1234);
   ASSERT_EQ(info->extents_size(), 3);  // 31 stripes over 3 equal nodes
-  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);
+  absl::StatusOr<placement::RegionLayout> layout = placement::RegionLayout::Create(*info);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->stripes(), 31u);
   for (int e = 0; e < 3; ++e) {
@@ -232,7 +232,7 @@ TEST_F(RegionTableTest, SharesFollowFreeSlabs) {
   AddNode("n4", 32);  // twice the free memory of the others
   absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 100 * kMiB));
   ASSERT_TRUE(info.ok()) << info.status();
-  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);
+  absl::StatusOr<placement::RegionLayout> layout = placement::RegionLayout::Create(*info);
   ASSERT_TRUE(layout.ok());
   for (int e = 0; e < info->extents_size(); ++e) {
     EXPECT_EQ(layout->CopiesOn(e), info->extents(e).node_id() == "n4" ? 40u : 20u)
@@ -244,7 +244,7 @@ TEST_F(RegionTableTest, ReplicasLandOnDistinctNodes) {
   absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 20 * kMiB, kMiB, 3));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->replicas(), 3u);
-  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(*info);  // checks distinctness
+  absl::StatusOr<placement::RegionLayout> layout = placement::RegionLayout::Create(*info);  // checks distinctness
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(table_.Create(Request("s", kMiB, kMiB, 4)).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -264,20 +264,20 @@ TEST_F(RegionTableTest, DefaultStripeIsCappedAtTheSmallestSlab) {
 TEST_F(RegionTableTest, DefaultStripeIsFourMiBOnLargeSlabs) {
   absl::StatusOr<proto::RegionInfo> info = table_.Create(Request("r", 10 * kMiB, 0));
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->stripe_bytes(), kDefaultStripeBytes);
+  EXPECT_EQ(info->stripe_bytes(), placement::kDefaultStripeBytes);
 }
 
 TEST_F(RegionTableTest, BadRequestsAreInvalidArgument) {
   for (const proto::CreateRegionRequest& bad :
        {Request("", kMiB), Request("a b", kMiB), Request("r", 0), Request("r", kMiB, 1000),
-        Request("r", kMiB, kMiB, kMaxReplicas + 1),
-        Request("r", (kMaxRegionStripes + 1) * kStripeAlign, kStripeAlign)}) {
+        Request("r", kMiB, kMiB, placement::kMaxReplicas + 1),
+        Request("r", (placement::kMaxRegionStripes + 1) * placement::kStripeAlign, placement::kStripeAlign)}) {
     absl::StatusOr<proto::RegionInfo> info = table_.Create(bad);
     EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument)
         << bad.ShortDebugString() << " " << info.status();
   }
   absl::StatusOr<proto::RegionInfo> many =
-      table_.Create(Request("r", (kMaxRegionStripes + 1) * kStripeAlign, kStripeAlign));
+      table_.Create(Request("r", (placement::kMaxRegionStripes + 1) * placement::kStripeAlign, placement::kStripeAlign));
   EXPECT_THAT(std::string(many.status().message()), HasSubstr("stripe_bytes of at least 8192"));
   EXPECT_EQ(HeldEverywhere(), 0u);
 }
@@ -417,4 +417,4 @@ TEST_F(RegionTableTest, FreeFailuresAreLoggedNotReturned) {
 }
 
 }  // namespace
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

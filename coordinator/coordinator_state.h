@@ -17,8 +17,8 @@
 // state only stores. Implementations are thread-safe and each
 // method is atomic on its own; callers that read, decide and write serialise
 // those sequences themselves (Membership holds one lock around them).
-#ifndef MESHPOOL_PLACEMENT_COORDINATOR_STATE_H_
-#define MESHPOOL_PLACEMENT_COORDINATOR_STATE_H_
+#ifndef MESHPOOL_COORDINATOR_COORDINATOR_STATE_H_
+#define MESHPOOL_COORDINATOR_COORDINATOR_STATE_H_
 
 #include <cstdint>
 #include <memory>
@@ -27,11 +27,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/meshpool.pb.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 class CoordinatorState {
  public:
@@ -106,6 +106,6 @@ std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(
 // regions per ms of uptime) never collide with them.
 uint64_t FirstRegionIdAt(absl::Time now);
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator
 
-#endif  // MESHPOOL_PLACEMENT_COORDINATOR_STATE_H_
+#endif  // MESHPOOL_COORDINATOR_COORDINATOR_STATE_H_

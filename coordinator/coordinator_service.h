@@ -5,19 +5,19 @@
 // (ToGrpc); it holds no state of its own. CoordinatorServer owns a
 // grpc::Server serving it. Only this pair, coordinator_client.cc and
 // region_nodes_grpc.cc touch gRPC types in placement/.
-#ifndef MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
-#define MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
+#ifndef MESHPOOL_COORDINATOR_COORDINATOR_SERVICE_H_
+#define MESHPOOL_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "placement/membership.h"
-#include "placement/region_table.h"
+#include "coordinator/membership.h"
+#include "coordinator/region_table.h"
 #include "proto/proto.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 // How often a watch stream handler checks whether its client went away
 // while no epoch changes.
@@ -98,6 +98,6 @@ class CoordinatorServer {
   bool shut_down_ = false;  // Shutdown is called from one thread at a time
 };
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator
 
-#endif  // MESHPOOL_PLACEMENT_COORDINATOR_SERVICE_H_
+#endif  // MESHPOOL_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -1,4 +1,4 @@
-// meshpool/store/layout.h: the on-memory format of a memory node's pool, shared
+// meshpool/format/layout.h: the on-memory format of a memory node's pool, shared
 // by the node (which lays it out) and clients (which read and write it with
 // one-sided operations). Every byte layout here is part of the wire contract.
 //
@@ -26,8 +26,8 @@
 // reader can fetch the whole object with a single READ.
 //
 // All functions are pure and thread-safe.
-#ifndef MESHPOOL_STORE_LAYOUT_H_
-#define MESHPOOL_STORE_LAYOUT_H_
+#ifndef MESHPOOL_FORMAT_LAYOUT_H_
+#define MESHPOOL_FORMAT_LAYOUT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace meshpool::store {
+namespace meshpool::format {
 
 inline constexpr uint64_t kSuperblockMagic = 0x4c4f4f504853454dull;  // MESHPOOL
 inline constexpr uint32_t kObjectMagic = 0x4a424f4du;                // MOBJ
@@ -257,6 +257,6 @@ absl::Status VerifyValue(const ObjectHeader& header,
                          absl::Span<const char> value,
                          absl::Span<const char> digests);
 
-}  // namespace meshpool::store
+}  // namespace meshpool::format
 
-#endif  // MESHPOOL_STORE_LAYOUT_H_
+#endif  // MESHPOOL_FORMAT_LAYOUT_H_

@@ -1,16 +1,16 @@
-#include "placement/membership.h"
+#include "coordinator/membership.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/common.h"
 #include "placement/placement.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 namespace {
 
 constexpr absl::string_view kAssignedIdPrefix = "node-";
@@ -39,9 +39,9 @@ absl::Status Invalid(const proto::NodeInfo& info, absl::string_view what) {
 }  // namespace
 
 absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
-  if (info.node_id().size() > kMaxNodeIdBytes) {
+  if (info.node_id().size() > placement::kMaxNodeIdBytes) {
     return Invalid(info, absl::StrCat("node_id is ", info.node_id().size(),
-                                      " bytes; use at most ", kMaxNodeIdBytes));
+                                      " bytes; use at most ", placement::kMaxNodeIdBytes));
   }
   if (info.transport_addresses().empty()) {
     return Invalid(info, "no transport address; give at least one, e.g. tcp://127.0.0.1:7001");
@@ -187,4 +187,4 @@ void Membership::Shutdown() {
   shut_down_ = true;
 }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

@@ -1,11 +1,11 @@
-#include "placement/coordinator_service.h"
+#include "coordinator/coordinator_service.h"
 
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 CoordinatorService::CoordinatorService(Membership* membership, RegionTable* regions,
                                        absl::Duration heartbeat_interval)
@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     absl::Duration heartbeat_interval) {
   auto service = std::make_unique<CoordinatorService>(membership, regions, heartbeat_interval);
   grpc::ServerBuilder builder;
-  builder.SetMaxSendMessageSize(static_cast<int>(kMaxRegionInfoBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(placement::kMaxRegionInfoBytes));
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator on the same
   // port would silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -147,4 +147,4 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   server_->Wait();
 }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

@@ -1,4 +1,4 @@
-// store/layout: slot encoding, layout computation, object encode/verify.
+// format/layout: slot encoding, layout computation, object encode/verify.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "format/layout.h"
 #include "gtest/gtest.h"
-#include "store/layout.h"
 
 namespace meshpool::store {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 // The slot promises: the bound covers the object and over-approximates the
 // object's 64-byte-rounded size by at most 1/8.
 bool BoundIsTight(uint64_t size, uint64_t bound) {
-  uint64_t rounded = (size + kObjectAlign - 1) / kObjectAlign * kObjectAlign;
+  uint64_t rounded = (size + format::kObjectAlign - 1) / format::kObjectAlign * format::kObjectAlign;
   return bound >= size && bound * 8 <= rounded * 9;
 }
 
@@ -33,8 +33,8 @@ uint64_t TestSeed() {
 
 std::vector<char> Encode(absl::string_view key, absl::string_view value,
                          uint64_t incarnation) {
-  std::vector<char> bytes(ObjectBytes(key.size(), value.size()));
-  EncodeObject(absl::MakeSpan(bytes), key, value, incarnation, 7);
+  std::vector<char> bytes(format::ObjectBytes(key.size(), value.size()));
+  format::EncodeObject(absl::MakeSpan(bytes), key, value, incarnation, 7);
   return bytes;
 }
 
@@ -44,13 +44,13 @@ TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
     uint8_t fingerprint = static_cast<uint8_t>(rng());
     uint64_t size = 1 + rng() % (uint64_t{1} << (1 + rng() % 36));
     uint64_t offset =
-        kObjectAlign * (1 + rng() % ((kMaxPoolBytes / kObjectAlign) - 1));
-    uint64_t word = EncodeSlot(fingerprint, size, offset);
+        format::kObjectAlign * (1 + rng() % ((format::kMaxPoolBytes / format::kObjectAlign) - 1));
+    uint64_t word = format::EncodeSlot(fingerprint, size, offset);
     ASSERT_NE(word, 0u);
-    Slot slot = DecodeSlot(word);
+    format::Slot slot = format::DecodeSlot(word);
     ASSERT_EQ(slot.fingerprint, fingerprint) << "size=" << size;
     ASSERT_EQ(slot.offset, offset) << "size=" << size;
-    ASSERT_EQ(slot.size_bound, SlotSizeBound(size));
+    ASSERT_EQ(slot.size_bound, format::SlotSizeBound(size));
     ASSERT_TRUE(BoundIsTight(size, slot.size_bound))
         << "size=" << size << " bound=" << slot.size_bound;
   }
@@ -58,37 +58,37 @@ TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
 
 TEST(StoreLayout, SizeBoundIsTightForEveryObjectSizeUpTo4MiB) {
   for (uint64_t size = 1; size <= (4u << 20); size += 61) {
-    uint64_t bound = SlotSizeBound(size);
+    uint64_t bound = format::SlotSizeBound(size);
     ASSERT_TRUE(BoundIsTight(size, bound))
         << "size=" << size << " bound=" << bound;
-    ASSERT_EQ(bound % kObjectAlign, 0u);
+    ASSERT_EQ(bound % format::kObjectAlign, 0u);
   }
 }
 
 TEST(StoreLayout, ComputeLayoutRejectsPoolTooSmallForIndexAndTwoSlabs) {
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(64 << 10);
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(64 << 10);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("capacity"), std::string::npos);
 }
 
 TEST(StoreLayout, ComputeLayoutRejectsUnalignedSlabSize) {
-  EXPECT_EQ(ComputeLayout(64 << 20, 4096 + 8).status().code(),
+  EXPECT_EQ(format::ComputeLayout(64 << 20, 4096 + 8).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StoreLayout, ComputeLayoutRejectsPoolBeyondSlotAddressing) {
-  EXPECT_EQ(ComputeLayout(kMaxPoolBytes + 1).status().code(),
+  EXPECT_EQ(format::ComputeLayout(format::kMaxPoolBytes + 1).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StoreLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(256ull << 20);
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(256ull << 20);
   ASSERT_TRUE(layout.ok()) << layout.status();
-  EXPECT_EQ(layout->index_offset, kSuperblockBytes);
+  EXPECT_EQ(layout->index_offset, format::kSuperblockBytes);
   EXPECT_EQ(layout->bucket_count, (256ull << 20) / 4096);
   EXPECT_EQ(layout->slab_bytes, 4ull << 20);  // pool / 64
   EXPECT_GE(layout->slab_area_offset,
-            layout->index_offset + layout->bucket_count * kBucketBytes);
+            layout->index_offset + layout->bucket_count * format::kBucketBytes);
   EXPECT_LE(layout->slab_offset(layout->slab_count), layout->pool_bytes);
   EXPECT_EQ(layout->slab_of(layout->slab_area_offset), 0u);
   EXPECT_EQ(layout->slab_of(layout->slab_offset(3) + 100), 3u);
@@ -97,20 +97,20 @@ TEST(StoreLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
 }
 
 // The areas of a v2 layout, in pool order: [begin, end) each.
-void ExpectAreasAlignedAndDisjoint(const PoolLayout& l) {
+void ExpectAreasAlignedAndDisjoint(const format::PoolLayout& l) {
   struct Area {
     const char* name;
     uint64_t begin;
     uint64_t end;
   };
   const Area areas[] = {
-      {"superblock", 0, kSuperblockBytes},
-      {"index", l.index_offset, l.index_offset + l.bucket_count * kBucketBytes},
+      {"superblock", 0, format::kSuperblockBytes},
+      {"index", l.index_offset, l.index_offset + l.bucket_count * format::kBucketBytes},
       {"slab table", l.slab_meta_offset,
-       l.slab_meta_offset + l.slab_count * kSlabMetaBytes},
+       l.slab_meta_offset + l.slab_count * format::kSlabMetaBytes},
       {"pin area", l.pin_area_offset,
        l.pin_area_offset +
-           l.pin_sessions * l.pins_per_session * kPinEntryBytes},
+           l.pin_sessions * l.pins_per_session * format::kPinEntryBytes},
       {"slabs", l.slab_area_offset, l.slab_offset(l.slab_count)},
   };
   for (size_t i = 0; i < std::size(areas); ++i) {
@@ -131,18 +131,18 @@ TEST(StoreLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
        {uint64_t{4} << 20, uint64_t{8} << 20, (uint64_t{12} << 20) + 4096 * 3,
         uint64_t{256} << 20, uint64_t{1} << 30, uint64_t{64} << 30}) {
     SCOPED_TRACE(pool);
-    absl::StatusOr<PoolLayout> layout = ComputeLayout(pool);
+    absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ExpectAreasAlignedAndDisjoint(*layout);
-    EXPECT_EQ(layout->pin_sessions, kDefaultPinSessions);
-    EXPECT_GE(layout->pins_per_session, kMinPinsPerSession);
-    EXPECT_LE(layout->pins_per_session, kMaxPinsPerSession);
+    EXPECT_EQ(layout->pin_sessions, format::kDefaultPinSessions);
+    EXPECT_GE(layout->pins_per_session, format::kMinPinsPerSession);
+    EXPECT_LE(layout->pins_per_session, format::kMaxPinsPerSession);
     EXPECT_EQ(std::popcount(layout->pins_per_session), 1);
     // No slab more fits (its table entry may need another page).
     const uint64_t n = layout->slab_count + 1;
     const uint64_t pin_bytes =
         layout->slab_area_offset - layout->pin_area_offset;
-    const uint64_t table_bytes = (n * kSlabMetaBytes + 4095) / 4096 * 4096;
+    const uint64_t table_bytes = (n * format::kSlabMetaBytes + 4095) / 4096 * 4096;
     EXPECT_GT(layout->slab_meta_offset + table_bytes + pin_bytes +
                   n * layout->slab_bytes,
               layout->pool_bytes);
@@ -150,17 +150,17 @@ TEST(StoreLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
 }
 
 TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
-  absl::StatusOr<PoolLayout> small = ComputeLayout(8 << 20);
+  absl::StatusOr<format::PoolLayout> small = format::ComputeLayout(8 << 20);
   ASSERT_TRUE(small.ok()) << small.status();
-  EXPECT_EQ(small->pins_per_session, kMinPinsPerSession);
-  absl::StatusOr<PoolLayout> gib = ComputeLayout(uint64_t{1} << 30);
+  EXPECT_EQ(small->pins_per_session, format::kMinPinsPerSession);
+  absl::StatusOr<format::PoolLayout> gib = format::ComputeLayout(uint64_t{1} << 30);
   ASSERT_TRUE(gib.ok()) << gib.status();
   // 1 GiB / 64 / (16 B x 256 sessions) = 4096 entries each.
   EXPECT_EQ(gib->pins_per_session, 4096u);
-  absl::StatusOr<PoolLayout> huge = ComputeLayout(uint64_t{1} << 40);
+  absl::StatusOr<format::PoolLayout> huge = format::ComputeLayout(uint64_t{1} << 40);
   ASSERT_TRUE(huge.ok()) << huge.status();
-  EXPECT_EQ(huge->pins_per_session, kMaxPinsPerSession);
-  absl::StatusOr<PoolLayout> chosen = ComputeLayout(8 << 20, 0, 0, 3, 100);
+  EXPECT_EQ(huge->pins_per_session, format::kMaxPinsPerSession);
+  absl::StatusOr<format::PoolLayout> chosen = format::ComputeLayout(8 << 20, 0, 0, 3, 100);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(chosen->pin_sessions, 3u);
   EXPECT_EQ(chosen->pins_per_session, 100u);
@@ -169,13 +169,13 @@ TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
 
 TEST(StoreLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
   // Four 4 KiB slabs behind one page each of index, slab table, pin area.
-  const uint64_t pool = kSuperblockBytes + 3 * 4096 + 4 * 4096;
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(pool, 4096, 16, 2, 16);
+  const uint64_t pool = format::kSuperblockBytes + 3 * 4096 + 4 * 4096;
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool, 4096, 16, 2, 16);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->slab_count, 4u);
   ExpectAreasAlignedAndDisjoint(*layout);
   // One page less: three slabs.
-  layout = ComputeLayout(pool - 4096, 4096, 16, 2, 16);
+  layout = format::ComputeLayout(pool - 4096, 4096, 16, 2, 16);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->slab_count, 3u);
   ExpectAreasAlignedAndDisjoint(*layout);
@@ -183,8 +183,8 @@ TEST(StoreLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
 
 TEST(StoreLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
   // 300 slabs need 4800 bytes of table: two pages.
-  const uint64_t pool = kSuperblockBytes + 4096 + 2 * 4096 + 4096 + 300 * 4096;
-  absl::StatusOr<PoolLayout> layout = ComputeLayout(pool, 4096, 16, 1, 16);
+  const uint64_t pool = format::kSuperblockBytes + 4096 + 2 * 4096 + 4096 + 300 * 4096;
+  absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool, 4096, 16, 1, 16);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->slab_count, 300u);
   EXPECT_EQ(layout->pin_area_offset - layout->slab_meta_offset, 2 * 4096u);
@@ -192,13 +192,13 @@ TEST(StoreLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
 }
 
 TEST(StoreLayout, PinAreaThatCannotFitIsInvalidArgument) {
-  absl::StatusOr<PoolLayout> layout =
-      ComputeLayout(8 << 20, 0, 0, 1u << 20, 1u << 20);
+  absl::StatusOr<format::PoolLayout> layout =
+      format::ComputeLayout(8 << 20, 0, 0, 1u << 20, 1u << 20);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("pin tables"), std::string::npos)
       << layout.status();
   // Fits alone, but leaves no room for two slabs.
-  layout = ComputeLayout(8 << 20, 1 << 20, 0, 64, 7000);
+  layout = format::ComputeLayout(8 << 20, 1 << 20, 0, 64, 7000);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("capacity"), std::string::npos);
 }
@@ -212,13 +212,13 @@ TEST(StoreLayout, ObjectsOfEveryShapeVerify) {
     std::string value(size, '\0');
     for (char& c : value) c = static_cast<char>(rng());
     std::vector<char> bytes = Encode(key, value, incarnation);
-    ASSERT_EQ(bytes.size() % kObjectAlign, 0u);
-    ASSERT_LE(bytes.size(), SlotSizeBound(bytes.size()));
+    ASSERT_EQ(bytes.size() % format::kObjectAlign, 0u);
+    ASSERT_LE(bytes.size(), format::SlotSizeBound(bytes.size()));
     absl::string_view got;
-    ASSERT_TRUE(VerifyObject(bytes, key, HashKey(key), incarnation, &got).ok())
+    ASSERT_TRUE(format::VerifyObject(bytes, key, format::HashKey(key), incarnation, &got).ok())
         << "size=" << size;
     EXPECT_EQ(got, value) << "size=" << size;
-    EXPECT_TRUE(VerifyHeaderAndKey(bytes, key, HashKey(key), incarnation).ok());
+    EXPECT_TRUE(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), incarnation).ok());
   }
 }
 
@@ -230,9 +230,9 @@ TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
   // Header, key, value and digest; padding after the key and value is not
   // covered (and not part of the object's meaning).
   std::vector<size_t> covered;
-  for (size_t i = 0; i < kObjectHeaderBytes + key.size(); ++i)
+  for (size_t i = 0; i < format::kObjectHeaderBytes + key.size(); ++i)
     covered.push_back(i);
-  const size_t value_off = ValueOffset(key.size());
+  const size_t value_off = format::ValueOffset(key.size());
   for (size_t i = 0; i < value.size(); ++i) covered.push_back(value_off + i);
   const size_t digest_off = value_off + (value.size() + 7) / 8 * 8;
   for (size_t i = 0; i < 8; ++i) covered.push_back(digest_off + i);
@@ -241,7 +241,7 @@ TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
       std::vector<char> bad = good;
       bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
       absl::string_view got;
-      absl::Status s = VerifyObject(bad, key, HashKey(key), incarnation, &got);
+      absl::Status s = format::VerifyObject(bad, key, format::HashKey(key), incarnation, &got);
       ASSERT_TRUE(s.code() == absl::StatusCode::kAborted ||
                   s.code() == absl::StatusCode::kNotFound)
           << "byte " << i << " bit " << bit << ": " << s;
@@ -252,14 +252,14 @@ TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
 TEST(StoreLayout, ObjectOfAnotherIncarnationIsAborted) {
   std::vector<char> bytes = Encode("k", "v", 1);
   absl::string_view got;
-  EXPECT_EQ(VerifyObject(bytes, "k", HashKey("k"), 2, &got).code(),
+  EXPECT_EQ(format::VerifyObject(bytes, "k", format::HashKey("k"), 2, &got).code(),
             absl::StatusCode::kAborted);
 }
 
 TEST(StoreLayout, DifferentKeyOfSameLengthIsNotFound) {
   std::vector<char> bytes = Encode("key-a", "value", 1);
   absl::string_view got;
-  EXPECT_EQ(VerifyObject(bytes, "key-b", HashKey("key-b"), 1, &got).code(),
+  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-b"), 1, &got).code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -268,7 +268,7 @@ TEST(StoreLayout, SameHashButDifferentKeyBytesIsNotFound) {
   // (a 128-bit collision) still gets NotFound from the byte comparison.
   std::vector<char> bytes = Encode("key-a", "value", 1);
   absl::string_view got;
-  EXPECT_EQ(VerifyObject(bytes, "key-b", HashKey("key-a"), 1, &got).code(),
+  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-a"), 1, &got).code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -276,7 +276,7 @@ TEST(StoreLayout, TruncatedReadIsOutOfRange) {
   std::string value(5000, 'x');
   std::vector<char> bytes = Encode("k", value, 1);
   absl::string_view got;
-  EXPECT_EQ(VerifyObject(absl::MakeSpan(bytes.data(), 1000), "k", HashKey("k"),
+  EXPECT_EQ(format::VerifyObject(absl::MakeSpan(bytes.data(), 1000), "k", format::HashKey("k"),
                          1, &got)
                 .code(),
             absl::StatusCode::kOutOfRange);
@@ -286,8 +286,8 @@ TEST(StoreLayout, BucketsForGivesTwoDistinctBucketsInRange) {
   std::mt19937_64 rng(TestSeed());
   for (int i = 0; i < 10000; ++i) {
     uint64_t count = 2 + rng() % 5000;
-    KeyHash h = HashKey(std::to_string(rng()));
-    BucketPair p = BucketsFor(h, count);
+    format::KeyHash h = format::HashKey(std::to_string(rng()));
+    format::BucketPair p = format::BucketsFor(h, count);
     ASSERT_LT(p.first, count);
     ASSERT_LT(p.second, count);
     ASSERT_NE(p.first, p.second);
@@ -299,30 +299,30 @@ TEST(StoreLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
   for (size_t size : {size_t{0}, size_t{13}, size_t{(1 << 20) + 5}}) {
     std::string value(size, 'g');
     for (size_t i = 0; i < size; ++i) value[i] = static_cast<char>(i * 31);
-    std::vector<char> whole(ObjectBytes(key.size(), size));
-    EncodeObject(absl::MakeSpan(whole), key, value, 9, 4);
-    std::vector<char> prefix(ValueOffset(key.size()));
+    std::vector<char> whole(format::ObjectBytes(key.size(), size));
+    format::EncodeObject(absl::MakeSpan(whole), key, value, 9, 4);
+    std::vector<char> prefix(format::ValueOffset(key.size()));
     uint64_t checksum =
-        EncodeObjectPrefix(absl::MakeSpan(prefix), key, size, 9, 4);
-    std::vector<char> digests(8 * DigestCount(size));
-    EncodeDigests(value, checksum, absl::MakeSpan(digests));
+        format::EncodeObjectPrefix(absl::MakeSpan(prefix), key, size, 9, 4);
+    std::vector<char> digests(8 * format::DigestCount(size));
+    format::EncodeDigests(value, checksum, absl::MakeSpan(digests));
     EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), whole.begin()));
     EXPECT_TRUE(std::equal(digests.begin(), digests.end(),
-                           whole.begin() + DigestOffset(key.size(), size)));
+                           whole.begin() + format::DigestOffset(key.size(), size)));
 
-    ObjectHeader header;
-    ASSERT_TRUE(VerifyHeaderAndKey(absl::MakeConstSpan(prefix), key,
-                                   HashKey(key), 9, &header)
+    format::ObjectHeader header;
+    ASSERT_TRUE(format::VerifyHeaderAndKey(absl::MakeConstSpan(prefix), key,
+                                   format::HashKey(key), 9, &header)
                     .ok());
     EXPECT_EQ(header.value_length, size);
-    EXPECT_TRUE(VerifyValue(header, value, digests).ok());
+    EXPECT_TRUE(format::VerifyValue(header, value, digests).ok());
     if (size > 0) {
       value[size / 2] ^= 1;
-      EXPECT_EQ(VerifyValue(header, value, digests).code(),
+      EXPECT_EQ(format::VerifyValue(header, value, digests).code(),
                 absl::StatusCode::kAborted);
     }
     EXPECT_EQ(
-        VerifyValue(header, absl::string_view(value).substr(0, size / 2),
+        format::VerifyValue(header, absl::string_view(value).substr(0, size / 2),
                     digests)
             .code(),
         size == 0 ? absl::StatusCode::kOk : absl::StatusCode::kOutOfRange);

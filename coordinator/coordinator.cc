@@ -5,12 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
-#include "placement/coordinator_service.h"
-#include "placement/membership.h"
-#include "placement/placement.h"
-#include "placement/region_table.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/membership.h"
+#include "coordinator/region_table.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 namespace {
 
 // Running calls get this long to finish at Shutdown before being cancelled.
@@ -114,4 +114,4 @@ void Coordinator::ReaperLoop() {
   }
 }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

@@ -1,6 +1,6 @@
 // RegionTable: validation, placement, allocation on the nodes, and the
-// table's read-decide-write sequences (placement/region_table.h).
-#include "placement/region_table.h"
+// table's read-decide-write sequences (coordinator/region_table.h).
+#include "coordinator/region_table.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 struct RegionTable::Candidate {
   proto::NodeInfo info;
@@ -71,19 +71,19 @@ void RegionTable::Log(absl::string_view message) const {
 
 absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionRequest& request) {
   const std::string& name = request.name();
-  MESHPOOL_RETURN_IF_ERROR(ValidateRegionName(name));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
   if (request.size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("region '", name, "' has size 0; give it at least one byte"));
   }
   const uint32_t replicas = request.replicas() == 0 ? 1 : request.replicas();
-  if (replicas > kMaxReplicas) {
+  if (replicas > placement::kMaxReplicas) {
     return absl::InvalidArgumentError(absl::StrCat("region '", name, "' asks for ", replicas,
-                                                   " replicas; use 1 to ", kMaxReplicas));
+                                                   " replicas; use 1 to ", placement::kMaxReplicas));
   }
-  if (request.stripe_bytes() % kStripeAlign != 0) {
+  if (request.stripe_bytes() % placement::kStripeAlign != 0) {
     return absl::InvalidArgumentError(absl::StrCat("stripe_bytes ", request.stripe_bytes(),
-                                                   " is not a multiple of ", kStripeAlign,
+                                                   " is not a multiple of ", placement::kStripeAlign,
                                                    "; round it, or pass 0 for the default"));
   }
   {
@@ -151,39 +151,39 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
     if (c.info.layout().slab_bytes() < smallest->info.layout().slab_bytes()) smallest = &c;
   }
   const uint64_t min_slab = smallest->info.layout().slab_bytes();
-  const uint64_t max_stripe = min_slab / kStripeAlign * kStripeAlign;
+  const uint64_t max_stripe = min_slab / placement::kStripeAlign * placement::kStripeAlign;
   if (max_stripe == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", smallest->info.node_id(), " has slabs of ", min_slab,
-        " bytes, below the smallest stripe (", kStripeAlign, "); restart it with larger slabs"));
+        " bytes, below the smallest stripe (", placement::kStripeAlign, "); restart it with larger slabs"));
   }
   if (stripe_bytes == 0) {
-    stripe_bytes = std::min(kDefaultStripeBytes, max_stripe);
+    stripe_bytes = std::min(placement::kDefaultStripeBytes, max_stripe);
   } else if (stripe_bytes > min_slab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stripe_bytes ", stripe_bytes, " exceeds the slab size of node ", smallest->info.node_id(),
         "; use at most ", max_stripe, " (", FormatSize(max_stripe), "), or 0 for the default"));
   }
   const uint64_t stripes = CeilDiv(request.size(), stripe_bytes);
-  if (stripes > kMaxRegionStripes) {
+  if (stripes > placement::kMaxRegionStripes) {
     const uint64_t needed =
-        CeilDiv(CeilDiv(request.size(), kMaxRegionStripes), kStripeAlign) * kStripeAlign;
+        CeilDiv(CeilDiv(request.size(), placement::kMaxRegionStripes), placement::kStripeAlign) * placement::kStripeAlign;
     return absl::InvalidArgumentError(
         absl::StrCat("region '", name, "' of ", FormatSize(request.size()), " would have ", stripes,
-                     " stripes of ", FormatSize(stripe_bytes), ", more than ", kMaxRegionStripes,
+                     " stripes of ", FormatSize(stripe_bytes), ", more than ", placement::kMaxRegionStripes,
                      needed <= max_stripe ? absl::StrCat("; use stripe_bytes of at least ", needed)
                                           : std::string("; split it into several regions")));
   }
-  std::vector<PlacementCandidate> placement_candidates;
+  std::vector<placement::PlacementCandidate> placement_candidates;
   uint64_t free_bytes = 0;
   for (const Candidate& c : candidates) {
     const uint64_t slab_bytes = c.info.layout().slab_bytes();
-    placement_candidates.push_back(PlacementCandidate{
+    placement_candidates.push_back(placement::PlacementCandidate{
         c.info.node_id(), SaturatingMul(c.stats.slabs_free(), slab_bytes / stripe_bytes)});
     free_bytes += SaturatingMul(c.stats.slabs_free(), slab_bytes);
   }
   absl::StatusOr<std::vector<std::vector<uint16_t>>> placed =
-      PlaceStripes(placement_candidates, stripes, replicas);
+      placement::PlaceStripes(placement_candidates, stripes, replicas);
   if (!placed.ok()) {
     return absl::Status(
         placed.status().code(),
@@ -223,7 +223,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
   MESHPOOL_RETURN_IF_ERROR(Allocate(info, nodes, copies));
   // The client decodes it the same way; a region it could not decode must
   // never be recorded.
-  absl::StatusOr<RegionLayout> layout = RegionLayout::Create(info);
+  absl::StatusOr<placement::RegionLayout> layout = placement::RegionLayout::Create(info);
   if (!layout.ok()) {
     FreeMemory(info);
     return absl::InternalError(absl::StrCat("region '", name, "' came out inconsistent (",
@@ -340,7 +340,7 @@ absl::Status RegionTable::Delete(absl::string_view name) {
 }
 
 absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to, bool replace) {
-  MESHPOOL_RETURN_IF_ERROR(ValidateRegionName(to));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(to));
   absl::StatusOr<std::optional<proto::RegionInfo>> replaced;
   {
     absl::MutexLock lock(&mu_);
@@ -364,4 +364,4 @@ absl::StatusOr<std::vector<proto::RegionInfo>> RegionTable::List(absl::string_vi
   return regions;
 }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

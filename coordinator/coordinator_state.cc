@@ -1,4 +1,4 @@
-#include "placement/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 
 #include <algorithm>
 #include <map>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 namespace {
 
 // The map behind one mutex. Lookups are linear: a cluster has tens to
@@ -184,4 +184,4 @@ uint64_t FirstRegionIdAt(absl::Time now) {
   return static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMillis(now), 1)) << 20;
 }
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator

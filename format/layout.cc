@@ -1,4 +1,4 @@
-#include "store/layout.h"
+#include "format/layout.h"
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +10,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-namespace meshpool::store {
+namespace meshpool::format {
 namespace {
 
 constexpr uint64_t kOffsetMask = (1ull << kOffsetBits) - 1;
@@ -346,4 +346,4 @@ absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
   return absl::OkStatus();
 }
 
-}  // namespace meshpool::store
+}  // namespace meshpool::format

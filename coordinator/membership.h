@@ -4,8 +4,8 @@
 // No gRPC here: the service layer (coordinator_service.h) translates protos
 // to these calls. Thread-safe: one mutex serialises every read-decide-write
 // sequence on the state and guards the cached epoch watchers wait on.
-#ifndef MESHPOOL_PLACEMENT_MEMBERSHIP_H_
-#define MESHPOOL_PLACEMENT_MEMBERSHIP_H_
+#ifndef MESHPOOL_COORDINATOR_MEMBERSHIP_H_
+#define MESHPOOL_COORDINATOR_MEMBERSHIP_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,10 +16,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "placement/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 #include "proto/meshpool.pb.h"
 
-namespace meshpool::placement {
+namespace meshpool::coordinator {
 
 // InvalidArgument naming the first missing piece of a registration: id too
 // long, no transport address (or an empty one), no pool region, zero
@@ -77,6 +77,6 @@ class Membership {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace meshpool::placement
+}  // namespace meshpool::coordinator
 
-#endif  // MESHPOOL_PLACEMENT_MEMBERSHIP_H_
+#endif  // MESHPOOL_COORDINATOR_MEMBERSHIP_H_

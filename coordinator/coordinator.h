@@ -1,0 +1,117 @@
+// meshpool/coordinator/coordinator.h: the control-plane server (gRPC service
+// meshpool.proto.Coordinator): node membership, the cluster map and its
+// epoch, heartbeats, failure detection, map watch streams, and the region
+// table (coordinator/region_table.h has its rules): named memory striped
+// across the nodes. Clients and nodes reach it through
+// placement/coordinator_client.h; they never link this.
+//
+// Membership rules (the Coordinator enforces them):
+//  * RegisterNode with an empty node_id gets "node-<n>" (n one above the
+//    highest n already in the map, so ids are never reused).
+//  * Registering an id again with a new incarnation (a restarted node)
+//    replaces the old entry; any registration makes the node NODE_ALIVE and
+//    bumps the epoch.
+//  * Heartbeat from an unknown id, a stale incarnation or a node already
+//    declared NODE_DEAD answers known=false: the node must register again.
+//    A heartbeat stores the node's stats and does not bump the epoch.
+//  * A node with no heartbeat (or registration) for dead_after becomes
+//    NODE_DEAD (epoch bumped). Dead nodes stay in the map; placement skips
+//    them, so their keys have no home until the node registers again.
+#ifndef MESHPOOL_COORDINATOR_COORDINATOR_H_
+#define MESHPOOL_COORDINATOR_COORDINATOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/coordinator_state.h"
+#include "coordinator/region_table.h"
+#include "placement/coordinator_client.h"
+#include "proto/meshpool.pb.h"
+
+namespace meshpool::coordinator {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks one
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to nodes
+  absl::Duration dead_after = absl::Seconds(3);  // no heartbeat this long -> NODE_DEAD
+  std::function<absl::Time()> clock;             // null -> absl::Now
+  std::unique_ptr<CoordinatorState> state;       // null -> in-memory state
+  // How the region table reaches memory nodes; null -> gRPC to each node's
+  // control address (tests pass a fake).
+  std::unique_ptr<RegionNodes> region_nodes;
+};
+
+class Membership;
+class CoordinatorServer;
+class RegionTable;
+
+// The coordinator server. Thread-safe. A background reaper thread, woken
+// every heartbeat_interval/2, declares silent nodes dead (time read from
+// options.clock).
+class Coordinator {
+ public:
+  // Validates the options (InvalidArgument: heartbeat_interval must be > 0
+  // and < dead_after), binds options.listen and starts serving.
+  // FailedPrecondition when the address cannot be bound (in use, or not a
+  // local address); Unavailable when the state cannot be read.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
+  ~Coordinator();  // Shutdown()
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // "<host>:<bound port>", where host is the listen host ("127.0.0.1" when
+  // listening on a wildcard address).
+  std::string address() const;
+
+  // A copy of the current map. Empty (epoch 0) if the state cannot be read,
+  // which the in-memory state never fails to.
+  proto::ClusterMap Map() const;
+
+  // Stops serving: ends watch streams (their clients see Unavailable),
+  // finishes or cancels in-flight calls, stops the reaper. Idempotent; a
+  // concurrent caller returns once the first one is done.
+  void Shutdown();
+
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  friend class CoordinatorTestPeer;
+  Coordinator(std::unique_ptr<Membership> membership, std::unique_ptr<RegionNodes> region_nodes,
+              std::unique_ptr<RegionTable> regions, absl::Duration reap_every);
+
+  // Declares nodes silent for dead_after dead, now. Returns how many.
+  absl::StatusOr<int> Reap();
+  void ReaperLoop();
+
+  const absl::Duration reap_every_;
+  std::string listen_host_;
+  // Teardown order: the reaper and server stop (in Shutdown) before the
+  // region table and membership they use are destroyed; the table uses the
+  // membership's state and the region nodes.
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<RegionNodes> region_nodes_;
+  std::unique_ptr<RegionTable> regions_;
+  std::unique_ptr<CoordinatorServer> server_;
+  absl::Mutex reaper_mu_;
+  bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;
+  absl::Mutex shutdown_mu_;  // held for the whole of Shutdown
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Notification done_;
+};
+
+// (absl's Duration arithmetic is not constexpr here: 60 s > 3 s + 45 s.)
+static_assert(placement::kCreateRegionTimeout > kNodeAllocateTimeout &&
+              placement::kCreateRegionTimeout > kNodeStatsTimeout);
+
+}  // namespace meshpool::coordinator
+
+#endif  // MESHPOOL_COORDINATOR_COORDINATOR_H_

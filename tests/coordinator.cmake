@@ -1,0 +1,7 @@
+# coordinator/: membership, the map and its watch over real gRPC on
+# 127.0.0.1 (through the client stub), the region table over fake nodes, and
+# the coordinator's state.
+meshpool_test(coordinator_test
+  SOURCES coordinator_test.cc coordinator_region_table_test.cc
+          coordinator_state_test.cc
+  LIBS meshpool_coordinator)
