@@ -39,7 +39,12 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm || fail "mounting /dev/shm failed"
 mount -t devpts devpts /dev/pts || fail "mounting /dev/pts failed"
 mkdir -p "/lib/modules/$KVER"
 mount --bind "$MODULES" "/lib/modules/$KVER" || fail "bind-mounting $MODULES failed"
-modprobe -a rdma_rxe crc32_generic dummy veth || fail "modprobe rdma_rxe crc32_generic dummy veth failed"
+modprobe -a rdma_rxe crc32_generic veth || fail "modprobe rdma_rxe crc32_generic veth failed"
+# Loaded plainly, `dummy` creates dummy0 by itself (numdummies defaults to
+# 1); systemd's /lib/modprobe.d/systemd.conf sets numdummies=0, but a host
+# root without systemd (a container, a minimal install) lacks it, and our
+# `ip link add dummy0` then met "File exists". Ask for none ourselves.
+modprobe dummy numdummies=0 || fail "modprobe dummy numdummies=0 failed"
 ip link set lo up
 hostname meshpool-vm
 
@@ -56,7 +61,8 @@ add_rxe() {
 
 case "$RXE" in
   1)
-    ip link add dummy0 type dummy || fail "creating dummy0 failed"
+    ip link add dummy0 type dummy \
+      || fail "creating dummy0 failed ($(ip -brief link show dummy0 2>&1))"
     ip addr add 10.77.0.1/24 dev dummy0
     ip link set dummy0 up
     add_rxe rxe0 dummy0
