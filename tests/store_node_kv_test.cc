@@ -324,7 +324,19 @@ TEST_P(NodeKvTest, FullPoolEvictsUnpinnedSlabsThroughItsOwnTransport) {
       remote_->ReadWord(EvictingOffset(again->slab()));
   ASSERT_TRUE(evicting.ok());
   EXPECT_EQ(*evicting, 0u);
-  EXPECT_EQ(node_->Stats().slabs_reclaimed(), 3u);
+  // Those three came free. The watermarks fall with the grant rate the
+  // clock shows (this test's burst of 15 grants in no time), so the evictor
+  // goes on to evict more unpinned slabs once the clock moves (7 in all
+  // here), and the longer the loop above runs (a busy machine) the more of
+  // those are reclaimed too. What holds: at least the first three came
+  // free, only evicted slabs did (every other object is live), and the
+  // pinned oldest slab survived every round.
+  const proto::NodeStats after = node_->Stats();
+  EXPECT_GE(after.slabs_reclaimed(), 3u);
+  EXPECT_LE(after.slabs_reclaimed(), after.slabs_evicted());
+  absl::StatusOr<uint64_t> pinned_word = remote_->ReadWord(SlotOffset(0));
+  ASSERT_TRUE(pinned_word.ok()) << pinned_word.status();
+  EXPECT_EQ(*pinned_word, words_[0]);
 }
 
 TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
