@@ -42,6 +42,7 @@
 #include "client/region_transfer.h"
 #include "common/common.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "placement/coordinator_client.h"
 #include "tools/flags.h"
@@ -569,13 +570,13 @@ absl::Status Run(const tools::Flags& flags, const std::string& command,
     Meter create(nodes);
     MESHPOOL_ASSIGN_OR_RETURN(
         std::unique_ptr<Region> scratch,
-        client->CreateRegion(scratch_name, o.scratch_bytes));
+        CreateRegion(*client, scratch_name, o.scratch_bytes));
     Phase created = create.Stop("CreateRegion (scratch)", o.scratch_bytes);
     created.detail =
         absl::StrCat(absl::FormatDuration(absl::Seconds(created.seconds)),
                      ": allocate (+ zero reused slabs)");
     report.breakdown.push_back(created);
-    Defer drop([&] { (void)client->DeleteRegion(scratch_name); });
+    Defer drop([&] { (void)DeleteRegion(*client, scratch_name); });
     MESHPOOL_RETURN_IF_ERROR(
         RawPhases(o, *client, *scratch, coordinator, model, nodes, report));
   }

@@ -1,4 +1,4 @@
-// Block keys from token ids (<meshpool/client.h>, BlockKeyChain).
+// Block keys from token ids (<meshpool/kv_cache.h>, BlockKeyChain).
 //
 // The chain starts from XXH3-128 of the namespace, encoded field by field
 // with lengths so no two namespaces encode alike; block i's hash is
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/meshpool/client.h"
+#include "client/meshpool/kv_cache.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

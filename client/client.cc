@@ -5,9 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/client_access.h"
 #include "client/client_core.h"
 #include "client/client_impl.h"
+#include "client/client_test_peer.h"
 #include "client/kv_protocol.h"
+#include "client/meshpool/region.h"
 #include "client/node_connection.h"
 #include "client/region.h"
 #include "common/common.h"
@@ -21,7 +24,11 @@ using client_internal::NodeConnection;
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+namespace {
+
+// Client::Connect, with the test peer's fixed transport (null: none).
+absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
+    ClientOptions options, std::shared_ptr<rdma::Transport> fixed_transport) {
   if (options.coordinator.empty()) {
     const char* env = std::getenv("MESHPOOL_COORDINATOR");
     if (env == nullptr || *env == '\0') {
@@ -46,9 +53,27 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   MESHPOOL_ASSIGN_OR_RETURN(
       std::shared_ptr<client_internal::ClientCore> core,
-      client_internal::ClientCore::Start(std::move(options)));
-  return std::unique_ptr<Client>(
-      new Client(std::make_unique<Impl>(std::move(core))));
+      client_internal::ClientCore::Start(std::move(options),
+                                         std::move(fixed_transport)));
+  return ClientAccess::Wrap(std::move(core));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  return ConnectWith(std::move(options), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ClientTestPeer::ConnectThrough(
+    ClientOptions options, std::shared_ptr<rdma::Transport> transport) {
+  if (transport == nullptr) {
+    return absl::InvalidArgumentError("ConnectThrough needs a transport");
+  }
+  return ConnectWith(std::move(options), std::move(transport));
+}
+
+void ClientTestPeer::StopRenewingSessions(Client& client) {
+  client.impl_->core()->AbandonSessions();
 }
 
 absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>>
@@ -187,28 +212,33 @@ uint64_t Client::map_epoch() const {
   return map ? map->epoch() : 0;
 }
 
-absl::StatusOr<std::unique_ptr<Region>> Client::CreateRegion(
-    absl::string_view name, uint64_t size, const RegionOptions& options) {
-  return client_internal::CreateRegion(impl_->core(), name, size, options);
+absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
+    Client& client, absl::string_view name, uint64_t size,
+    const RegionOptions& options) {
+  return client_internal::CreateRegion(ClientAccess::Impl(client).core(), name,
+                                       size, options);
 }
 
-absl::StatusOr<std::unique_ptr<Region>> Client::OpenRegion(
-    absl::string_view name) {
-  return client_internal::OpenRegion(impl_->core(), name);
+absl::StatusOr<std::unique_ptr<Region>> OpenRegion(Client& client,
+                                                   absl::string_view name) {
+  return client_internal::OpenRegion(ClientAccess::Impl(client).core(), name);
 }
 
-absl::Status Client::DeleteRegion(absl::string_view name) {
-  return client_internal::DeleteRegion(*impl_->core(), name);
+absl::Status DeleteRegion(Client& client, absl::string_view name) {
+  return client_internal::DeleteRegion(*ClientAccess::Impl(client).core(),
+                                       name);
 }
 
-absl::Status Client::RenameRegion(absl::string_view from, absl::string_view to,
-                                  bool replace) {
-  return client_internal::RenameRegion(*impl_->core(), from, to, replace);
+absl::Status RenameRegion(Client& client, absl::string_view from,
+                          absl::string_view to, bool replace) {
+  return client_internal::RenameRegion(*ClientAccess::Impl(client).core(), from,
+                                       to, replace);
 }
 
-absl::StatusOr<std::vector<RegionDescription>> Client::ListRegions(
-    absl::string_view prefix) {
-  return client_internal::ListRegions(*impl_->core(), prefix);
+absl::StatusOr<std::vector<RegionDescription>> ListRegions(
+    Client& client, absl::string_view prefix) {
+  return client_internal::ListRegions(*ClientAccess::Impl(client).core(),
+                                      prefix);
 }
 
 }  // namespace meshpool

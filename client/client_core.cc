@@ -61,14 +61,17 @@ rdma::VerbsOptions VerbsOptionsFrom(const ClientOptions::Rdma& rdma) {
 
 }  // namespace
 
-ClientCore::ClientCore(ClientOptions options)
+ClientCore::ClientCore(ClientOptions options,
+                       std::shared_ptr<rdma::Transport> fixed_transport)
     : options_(std::move(options)),
+      fixed_transport_(std::move(fixed_transport)),
       client_id_(NewClientId()),
       sequence_(RandomSequenceStart()) {}
 
 absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Start(
-    ClientOptions options) {
-  std::shared_ptr<ClientCore> core(new ClientCore(std::move(options)));
+    ClientOptions options, std::shared_ptr<rdma::Transport> fixed_transport) {
+  std::shared_ptr<ClientCore> core(
+      new ClientCore(std::move(options), std::move(fixed_transport)));
   MESHPOOL_RETURN_IF_ERROR(core->Init());
   return core;
 }
@@ -218,7 +221,7 @@ std::vector<rdma::Transport*> ClientCore::TransportsInUse() {
 std::vector<std::string> ClientCore::CandidateAddresses(
     const proto::NodeInfo& info) const {
   std::vector<std::string> out;
-  if (!options_.transport) {
+  if (!fixed_transport_) {
     for (const std::string& a : info.transport_addresses()) {
       if (rdma::IsLocalShmAddress(a)) out.push_back(a);
     }
@@ -305,7 +308,7 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Connection(
 
 absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
     absl::string_view address) {
-  if (options_.transport) return options_.transport.get();
+  if (fixed_transport_) return fixed_transport_.get();
   absl::MutexLock lock(&mu_);
   if (absl::StartsWith(address, "tcp://")) {
     if (!tcp_) {

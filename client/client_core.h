@@ -37,9 +37,12 @@ class ClientCore {
  public:
   // Connects to the coordinator, fetches the cluster map and starts
   // watching it. Unavailable when the coordinator cannot be reached.
+  // `fixed_transport` (tests: client_test_peer.h) reaches every node in
+  // place of the transport its address names; null in production.
   // REQUIRES: options.coordinator is set.
   static absl::StatusOr<std::shared_ptr<ClientCore>> Start(
-      ClientOptions options);
+      ClientOptions options,
+      std::shared_ptr<rdma::Transport> fixed_transport = nullptr);
   // Stops the session keeper and closes this client's sessions (its pins
   // on the nodes go with them).
   ~ClientCore();
@@ -88,7 +91,8 @@ class ClientCore {
   static constexpr absl::Duration kKeeperInterval = absl::Milliseconds(250);
 
  private:
-  explicit ClientCore(ClientOptions options);
+  ClientCore(ClientOptions options,
+             std::shared_ptr<rdma::Transport> fixed_transport);
   absl::Status Init();
   // Renews sessions (and opens one where a connection has counters to
   // report) until Stop.
@@ -110,6 +114,7 @@ class ClientCore {
   std::vector<rdma::Transport*> TransportsInUse();
 
   const ClientOptions options_;
+  const std::shared_ptr<rdma::Transport> fixed_transport_;
   const std::string client_id_;
   const std::shared_ptr<BufferRegistry> buffers_ =
       std::make_shared<BufferRegistry>();

@@ -32,7 +32,9 @@ class Client::Impl {
         executor_(std::make_unique<client_internal::BatchExecutor>(
             core_->options().batch_threads)) {}
 
-  const std::shared_ptr<client_internal::ClientCore>& core() { return core_; }
+  const std::shared_ptr<client_internal::ClientCore>& core() const {
+    return core_;
+  }
   client_internal::BatchExecutor& executor() { return *executor_; }
 
   // Runs `op` on the key's home node; after an Unavailable, refreshes the

@@ -1,13 +1,16 @@
-// The Client's KV-cache calls: batches (synchronous and async), prefix
-// match, pins, counters. Each routes its keys by home node and runs one
+// The Client's batches (synchronous and async) and the KV-cache calls of
+// <meshpool/kv_cache.h>: prefix match, pins, counters. Each routes its
+// keys by home node and runs one
 // part per node, in parallel (client_impl.h RunGroups, or the batch
 // threads for the async calls).
+#include "client/meshpool/kv_cache.h"
+
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/client_access.h"
 #include "client/client_impl.h"
-#include "client/client_test_peer.h"
 #include "client/kv_pins.h"
 #include "client/kv_protocol.h"
 
@@ -202,8 +205,10 @@ std::unique_ptr<BatchHandle> Client::BatchGetAsync(
       });
 }
 
-absl::StatusOr<size_t> Client::PrefixMatch(
-    absl::Span<const absl::string_view> keys, absl::Duration pin_ttl) {
+absl::StatusOr<size_t> PrefixMatch(Client& client,
+                                   absl::Span<const absl::string_view> keys,
+                                   absl::Duration pin_ttl) {
+  auto& impl = ClientAccess::Impl(client);
   if (pin_ttl < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("pin_ttl must not be negative");
   }
@@ -211,18 +216,18 @@ absl::StatusOr<size_t> Client::PrefixMatch(
   // first key that is absent or whose node failed.
   std::vector<absl::Status> status(keys.size());
   std::vector<client_internal::FoundSlot> found(keys.size());
-  std::vector<Impl::Group> groups = impl_->GroupByNode(
+  auto groups = impl.GroupByNode(
       keys, [&](size_t i, absl::Status s) { status[i] = std::move(s); });
   for (size_t i = 0; i < keys.size(); ++i) {
     if (status[i].code() == absl::StatusCode::kInvalidArgument) {
       return status[i];
     }
   }
-  impl_->RunGroups(groups, [&](Impl::Group& g) {
+  impl.RunGroups(groups, [&](auto& g) {
     std::vector<absl::StatusOr<bool>> present(g.refs.size());
     std::vector<client_internal::FoundSlot> slots;
     client_internal::BatchKeysExist(*g.node, g.refs,
-                                    impl_->options().max_verify_retries,
+                                    impl.options().max_verify_retries,
                                     absl::MakeSpan(present), &slots);
     for (size_t j = 0; j < g.indices.size(); ++j) {
       size_t i = g.indices[j];
@@ -242,7 +247,7 @@ absl::StatusOr<size_t> Client::PrefixMatch(
   // Pin the prefix (one more post per node, on the nodes the lookup used);
   // a pin that does not hold (the block is being evicted) ends the prefix.
   std::vector<bool> fresh(keys.size(), false);
-  impl_->RunGroups(groups, [&](Impl::Group& g) {
+  impl.RunGroups(groups, [&](auto& g) {
     std::vector<KeyRef> refs;
     std::vector<client_internal::FoundSlot> slots;
     std::vector<size_t> which;
@@ -256,7 +261,7 @@ absl::StatusOr<size_t> Client::PrefixMatch(
     std::vector<absl::Status> pinned(which.size());
     std::vector<bool> placed;
     client_internal::LookUpAndPin(*g.node, refs, std::move(slots), pin_ttl,
-                                  impl_->options().max_verify_retries,
+                                  impl.options().max_verify_retries,
                                   absl::MakeSpan(pinned), &placed);
     for (size_t j = 0; j < which.size(); ++j) {
       status[which[j]] = std::move(pinned[j]);
@@ -271,12 +276,14 @@ absl::StatusOr<size_t> Client::PrefixMatch(
   for (size_t i = held; i < prefix; ++i) {
     if (status[i].ok() && fresh[i]) placed_past.push_back(keys[i]);
   }
-  if (!placed_past.empty()) Unpin(placed_past);
+  if (!placed_past.empty()) Unpin(client, placed_past);
   return held;
 }
 
-std::vector<absl::Status> Client::Pin(absl::Span<const absl::string_view> keys,
-                                      absl::Duration ttl) {
+std::vector<absl::Status> Pin(Client& client,
+                              absl::Span<const absl::string_view> keys,
+                              absl::Duration ttl) {
+  auto& impl = ClientAccess::Impl(client);
   std::vector<absl::Status> results(keys.size());
   if (ttl <= absl::ZeroDuration()) {
     for (auto& r : results) {
@@ -285,12 +292,12 @@ std::vector<absl::Status> Client::Pin(absl::Span<const absl::string_view> keys,
     }
     return results;
   }
-  std::vector<Impl::Group> groups = impl_->GroupByNode(
+  auto groups = impl.GroupByNode(
       keys, [&](size_t i, absl::Status s) { results[i] = std::move(s); });
-  impl_->RunGroups(groups, [&](Impl::Group& g) {
+  impl.RunGroups(groups, [&](auto& g) {
     std::vector<absl::Status> out(g.refs.size());
     client_internal::LookUpAndPin(*g.node, g.refs, {}, ttl,
-                                  impl_->options().max_verify_retries,
+                                  impl.options().max_verify_retries,
                                   absl::MakeSpan(out));
     for (size_t j = 0; j < g.indices.size(); ++j) {
       results[g.indices[j]] = std::move(out[j]);
@@ -299,12 +306,13 @@ std::vector<absl::Status> Client::Pin(absl::Span<const absl::string_view> keys,
   return results;
 }
 
-std::vector<absl::Status> Client::Unpin(
-    absl::Span<const absl::string_view> keys) {
+std::vector<absl::Status> Unpin(Client& client,
+                                absl::Span<const absl::string_view> keys) {
+  auto& impl = ClientAccess::Impl(client);
   std::vector<absl::Status> results(keys.size());
-  std::vector<Impl::Group> groups = impl_->GroupByNode(
+  auto groups = impl.GroupByNode(
       keys, [&](size_t i, absl::Status s) { results[i] = std::move(s); });
-  impl_->RunGroups(groups, [&](Impl::Group& g) {
+  impl.RunGroups(groups, [&](auto& g) {
     std::vector<absl::Status> out(g.refs.size());
     client_internal::UnpinKeys(*g.node, g.refs, absl::MakeSpan(out));
     for (size_t j = 0; j < g.indices.size(); ++j) {
@@ -314,13 +322,10 @@ std::vector<absl::Status> Client::Unpin(
   return results;
 }
 
-void ClientTestPeer::StopRenewingSessions(Client& client) {
-  client.impl_->core()->AbandonSessions();
-}
-
-Client::KvCounters Client::KvStatistics() const {
+KvCounters KvStatistics(const Client& client) {
   KvCounters result;
-  impl_->core()->ForEachConnection([&](NodeConnection& c) {
+  const auto& impl = ClientAccess::Impl(client);
+  impl.core()->ForEachConnection([&](NodeConnection& c) {
     proto::KvClientStats p = c.counters().ToProto();
     KvStats& n = result.per_node[c.info().node_id()];
     for (KvStats* s : {&n, &result.total}) {

@@ -160,8 +160,8 @@ class NodeConnection {
 
   // This client's session (pins) on the node, and its counters.
   NodeSession& session() { return session_; }
-  KvCounters& counters() { return counters_; }
-  const KvCounters& counters() const { return counters_; }
+  NodeKvCounters& counters() { return counters_; }
+  const NodeKvCounters& counters() const { return counters_; }
 
   // Sends a transport's connection request to the node's Handshake RPC.
   absl::StatusOr<std::string> Handshake(const std::string& request);
@@ -222,7 +222,7 @@ class NodeConnection {
   absl::flat_hash_map<uint64_t, SlabUse> slab_uses_ ABSL_GUARDED_BY(slab_mu_);
 
   SlotCache slot_cache_;
-  KvCounters counters_;
+  NodeKvCounters counters_;
   NodeSession session_{*this};
   // Per slab: when this client last marked it read (ms since the epoch).
   std::unique_ptr<std::atomic<int64_t>[]> touched_ms_;

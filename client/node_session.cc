@@ -8,7 +8,7 @@
 
 namespace meshpool::client_internal {
 
-proto::KvClientStats KvCounters::ToProto() const {
+proto::KvClientStats NodeKvCounters::ToProto() const {
   proto::KvClientStats s;
   s.set_hits(hits.load(std::memory_order_relaxed));
   s.set_misses(misses.load(std::memory_order_relaxed));
@@ -19,7 +19,7 @@ proto::KvClientStats KvCounters::ToProto() const {
   return s;
 }
 
-void KvCounters::CountGet(const absl::Status& status, size_t bytes) {
+void NodeKvCounters::CountGet(const absl::Status& status, size_t bytes) {
   if (status.ok()) {
     hits.fetch_add(1, std::memory_order_relaxed);
     bytes_out.fetch_add(bytes, std::memory_order_relaxed);
@@ -28,13 +28,13 @@ void KvCounters::CountGet(const absl::Status& status, size_t bytes) {
   }
 }
 
-void KvCounters::CountPut(const absl::Status& status, size_t bytes) {
+void NodeKvCounters::CountPut(const absl::Status& status, size_t bytes) {
   if (!status.ok()) return;
   puts.fetch_add(1, std::memory_order_relaxed);
   bytes_in.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-bool KvCounters::any() const {
+bool NodeKvCounters::any() const {
   return hits.load() + misses.load() + puts.load() + pins.load() > 0;
 }
 
@@ -103,7 +103,7 @@ uint64_t NodeSession::NodeNowMs() const {
                                clock_offset_ms_);
 }
 
-void NodeSession::KeepAlive(const KvCounters& counters) {
+void NodeSession::KeepAlive(const NodeKvCounters& counters) {
   uint32_t session;
   uint64_t token;
   {
@@ -138,7 +138,7 @@ void NodeSession::KeepAlive(const KvCounters& counters) {
   }
 }
 
-void NodeSession::Close(const KvCounters& counters) {
+void NodeSession::Close(const NodeKvCounters& counters) {
   absl::MutexLock lock(&mu_);
   if (!open_) return;
   node_.CloseSession(session_, token_, counters.ToProto()).IgnoreError();

@@ -32,7 +32,7 @@ namespace meshpool::client_internal {
 class NodeConnection;
 
 // Counters a client keeps per node (reported with each renewal).
-struct KvCounters {
+struct NodeKvCounters {
   std::atomic<uint64_t> hits{0};
   std::atomic<uint64_t> misses{0};
   std::atomic<uint64_t> puts{0};
@@ -72,9 +72,9 @@ class NodeSession {
   // session when there is none and `counters` has anything to report.
   // Called by the keeper thread. A session the node no longer knows is
   // dropped (its pins are gone); the next Table() opens a new one.
-  void KeepAlive(const KvCounters& counters);
+  void KeepAlive(const NodeKvCounters& counters);
   // Closes the session (its pins go), reporting final counters.
-  void Close(const KvCounters& counters);
+  void Close(const NodeKvCounters& counters);
 
  private:
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

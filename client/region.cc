@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "client/meshpool/region.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
 #include "format/protocol.h"

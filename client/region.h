@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "client/client_core.h"
 #include "client/meshpool/client.h"
+#include "client/meshpool/region.h"
 #include "proto/meshpool.pb.h"
 
 namespace meshpool::client_internal {

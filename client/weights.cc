@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/weights_manifest.h"
 #include "common/common.h"
+#include "meshpool/region.h"
 #include "xxhash.h"
 
 namespace meshpool {
@@ -131,7 +132,7 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
     Client& client, absl::string_view model) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateModelName(model));
   absl::StatusOr<std::unique_ptr<Region>> region =
-      client.OpenRegion(client_internal::ModelRegionName(model));
+      OpenRegion(client, client_internal::ModelRegionName(model));
   if (absl::IsNotFound(region.status())) {
     return absl::NotFoundError(
         absl::StrCat("no model named ", model,
@@ -202,7 +203,7 @@ absl::StatusOr<size_t> WeightStore::ReadTensorSlice(
 absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client) {
   MESHPOOL_ASSIGN_OR_RETURN(
       std::vector<RegionDescription> regions,
-      client.ListRegions(client_internal::kModelRegionPrefix));
+      ListRegions(client, client_internal::kModelRegionPrefix));
   std::vector<ModelInfo> models;
   for (const RegionDescription& r : regions) {
     absl::string_view model = absl::string_view(r.name).substr(
@@ -240,7 +241,8 @@ uint64_t Heartbeat(Region& region) {
 absl::Status RemoveModel(Client& client, absl::string_view model) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateModelName(model));
   bool removed = false;
-  absl::Status s = client.DeleteRegion(client_internal::ModelRegionName(model));
+  absl::Status s =
+      DeleteRegion(client, client_internal::ModelRegionName(model));
   if (s.ok()) {
     removed = true;
   } else if (!absl::IsNotFound(s)) {
@@ -248,12 +250,12 @@ absl::Status RemoveModel(Client& client, absl::string_view model) {
   }
   MESHPOOL_ASSIGN_OR_RETURN(
       std::vector<RegionDescription> staging,
-      client.ListRegions(client_internal::StagingRegionPrefix(model)));
+      ListRegions(client, client_internal::StagingRegionPrefix(model)));
   // Staging regions of loads still running are spared: their heartbeat
   // moves. One wait covers them all.
   std::vector<std::pair<std::unique_ptr<Region>, uint64_t>> candidates;
   for (const RegionDescription& r : staging) {
-    absl::StatusOr<std::unique_ptr<Region>> region = client.OpenRegion(r.name);
+    absl::StatusOr<std::unique_ptr<Region>> region = OpenRegion(client, r.name);
     if (absl::IsNotFound(region.status())) continue;
     MESHPOOL_RETURN_IF_ERROR(region.status());
     uint64_t beat = Heartbeat(**region);
@@ -266,7 +268,7 @@ absl::Status RemoveModel(Client& client, absl::string_view model) {
       running.push_back(region->name());
       continue;
     }
-    absl::Status d = client.DeleteRegion(region->name());
+    absl::Status d = DeleteRegion(client, region->name());
     if (d.ok()) {
       removed = true;
     } else if (!absl::IsNotFound(d)) {

@@ -29,6 +29,7 @@
 #include "client/safetensors.h"
 #include "client/weights_manifest.h"
 #include "common/common.h"
+#include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "xxhash.h"
 
@@ -461,7 +462,7 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
   const std::string target = client_internal::ModelRegionName(model);
   if (!options.replace) {
     absl::StatusOr<std::unique_ptr<Region>> existing =
-        client.OpenRegion(target);
+        OpenRegion(client, target);
     if (existing.ok()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "model ", model,
@@ -471,10 +472,9 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
     if (!absl::IsNotFound(existing.status())) return existing.status();
   }
   MESHPOOL_ASSIGN_OR_RETURN(Plan plan, MakePlan(model, std::move(files)));
-  MESHPOOL_ASSIGN_OR_RETURN(
-      std::unique_ptr<Region> region,
-      client.CreateRegion(StagingName(model), plan.region_size,
-                          options.region));
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
+                            CreateRegion(client, StagingName(model),
+                                         plan.region_size, options.region));
   Copier copier(client, *region, plan, options);
   absl::Status s;
   {
@@ -482,10 +482,10 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
     s = copier.Run();
     if (s.ok()) s = Finish(*region, plan);
   }
-  if (s.ok()) s = client.RenameRegion(region->name(), target, options.replace);
+  if (s.ok()) s = RenameRegion(client, region->name(), target, options.replace);
   if (!s.ok()) {
     // Best effort: a staging region left behind is removed by RemoveModel.
-    (void)client.DeleteRegion(region->name());
+    (void)DeleteRegion(client, region->name());
     if (absl::IsAlreadyExists(s)) {
       return absl::AlreadyExistsError(
           absl::StrCat("model ", model,

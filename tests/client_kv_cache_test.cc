@@ -18,6 +18,7 @@
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/kv_cache.h"
 #include "placement/coordinator_client.h"
 #include "placement/placement.h"
 #include "rdma/rdma.h"
@@ -157,10 +158,10 @@ class KvCacheSimTest : public ::testing::Test {
   std::unique_ptr<Client> Connect(const std::string& name, int threads = 4) {
     ClientOptions options;
     options.coordinator = coordinator_->address();
-    options.transport = fabric_->CreateTransport(name);
     options.op_timeout = absl::Seconds(2);
     options.batch_threads = threads;
-    auto client = Client::Connect(options);
+    auto client =
+        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -224,14 +225,14 @@ TEST_F(KvCacheSimTest, PrefixMatchCountsOnlyLeadingPresentKeys) {
   present.erase(present.begin() + 4);  // a gap at 4
   PutAll(*c, present, 1000);
   auto all = Views(keys);
-  EXPECT_EQ(*c->PrefixMatch(all), 4u);  // 5..9 are present but after the gap
-  EXPECT_EQ(*c->PrefixMatch(absl::MakeSpan(all).first(4)), 4u);  // all present
-  EXPECT_EQ(*c->PrefixMatch({}), 0u);                            // empty
-  EXPECT_EQ(*c->PrefixMatch(absl::MakeSpan(all).subspan(4)),
+  EXPECT_EQ(*PrefixMatch(*c, all), 4u);  // 5..9 are present but after the gap
+  EXPECT_EQ(*PrefixMatch(*c, absl::MakeSpan(all).first(4)), 4u);  // all present
+  EXPECT_EQ(*PrefixMatch(*c, {}), 0u);                            // empty
+  EXPECT_EQ(*PrefixMatch(*c, absl::MakeSpan(all).subspan(4)),
             0u);  // first missing
-  EXPECT_EQ(*c->PrefixMatch(absl::MakeSpan(all).subspan(5)), 5u);
+  EXPECT_EQ(*PrefixMatch(*c, absl::MakeSpan(all).subspan(5)), 5u);
   std::vector<absl::string_view> bad = {all[0], ""};
-  EXPECT_EQ(c->PrefixMatch(bad).status().code(),
+  EXPECT_EQ(PrefixMatch(*c, bad).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -286,7 +287,7 @@ TEST_F(KvCacheSimTest, BatchRoundTripsRegisteredAndPlainBuffersAtEverySize) {
       ASSERT_EQ(absl::string_view(outs[i].data(), size), values[i]) << keys[i];
     }
   }
-  Client::KvCounters stats = c->KvStatistics();
+  KvCounters stats = KvStatistics(*c);
   EXPECT_EQ(stats.total.puts, 96u);
   EXPECT_EQ(stats.total.hits, 93u);
 }
@@ -402,10 +403,10 @@ TEST_F(KvCacheSimTest, PinnedBlocksSurviveEvictionPressure) {
   std::vector<std::string> leased = {"ttl-0", "ttl-1"};
   PutAll(*c, hard, kBlock);
   PutAll(*c, leased, kBlock);
-  for (const absl::Status& s : c->Pin(Views(hard), kHardPin))
+  for (const absl::Status& s : Pin(*c, Views(hard), kHardPin))
     ASSERT_TRUE(s.ok()) << s;
   // PrefixMatch pins in the same step.
-  ASSERT_EQ(*c->PrefixMatch(Views(leased), absl::Seconds(60)), 2u);
+  ASSERT_EQ(*PrefixMatch(*c, Views(leased), absl::Seconds(60)), 2u);
   std::vector<std::string> fill;
   for (uint64_t i = 0; i < 3 * kCapacity / kBlock; ++i) {
     fill.push_back(absl::StrCat("pressure-", i));
@@ -422,8 +423,8 @@ TEST_F(KvCacheSimTest, PinnedBlocksSurviveEvictionPressure) {
   EXPECT_GT(gone, fill.size() / 3 * 8 / 10);
   EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 4u);
   // Unpinned, they go like any other block.
-  for (const absl::Status& s : c->Unpin(Views(hard))) EXPECT_TRUE(s.ok()) << s;
-  EXPECT_EQ(c->Unpin(Views(hard))[0].code(), absl::StatusCode::kNotFound);
+  for (const absl::Status& s : Unpin(*c, Views(hard))) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Unpin(*c, Views(hard))[0].code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(KvCacheSimTest, PinsLapseWhenTheirClientStopsRenewing) {
@@ -437,7 +438,7 @@ TEST_F(KvCacheSimTest, PinsLapseWhenTheirClientStopsRenewing) {
     auto writer = Connect("writer");
     PutAll(*writer, pinned, kBlock);
   }
-  for (const absl::Status& s : dead->Pin(Views(pinned), kHardPin)) {
+  for (const absl::Status& s : Pin(*dead, Views(pinned), kHardPin)) {
     ASSERT_TRUE(s.ok()) << s;
   }
   ClientTestPeer::StopRenewingSessions(*dead);
@@ -459,7 +460,7 @@ TEST_F(KvCacheSimTest, TtlPinsLapseByThemselves) {
   const size_t kBlock = 64 << 10;
   std::vector<std::string> pinned = {"short-0"};
   PutAll(*c, pinned, kBlock);
-  ASSERT_TRUE(c->Pin(Views(pinned), absl::Milliseconds(300))[0].ok());
+  ASSERT_TRUE(Pin(*c, Views(pinned), absl::Milliseconds(300))[0].ok());
   absl::SleepFor(absl::Milliseconds(600));
   std::vector<std::string> fill;
   for (uint64_t i = 0; i < 3 * kCapacity / kBlock; ++i) {
@@ -486,7 +487,7 @@ TEST_F(KvCacheSimTest, PutIntoAFullyPinnedPoolIsResourceExhausted) {
       break;
     }
     std::vector<absl::string_view> one = {k};
-    ASSERT_TRUE(c->Pin(one, kHardPin)[0].ok());
+    ASSERT_TRUE(Pin(*c, one, kHardPin)[0].ok());
     ++stored;
   }
   EXPECT_GT(stored, 0);
@@ -536,18 +537,18 @@ TEST_F(KvCacheSimTest, APinThatDoesNotHoldLeavesTheEarlierPinInPlace) {
   auto c = Connect("engine");
   std::vector<std::string> key = {"twice"};
   PutAll(*c, key, 4096);
-  ASSERT_TRUE(c->Pin(Views(key), kHardPin)[0].ok());
+  ASSERT_TRUE(Pin(*c, Views(key), kHardPin)[0].ok());
   uint64_t* evicting = EvictingWordOf(*nodes_[0], key[0]);
   ASSERT_NE(evicting, nullptr);
   // The evictor marked the slab after the first pin landed (it will see
   // that pin and keep the slab): a second pin now does not hold...
   *evicting = 1;
-  EXPECT_EQ(c->Pin(Views(key), absl::Seconds(5))[0].code(),
+  EXPECT_EQ(Pin(*c, Views(key), absl::Seconds(5))[0].code(),
             absl::StatusCode::kNotFound);
   *evicting = 0;
   // ...and the first one still does.
   EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 1u);
-  EXPECT_TRUE(c->Unpin(Views(key))[0].ok());
+  EXPECT_TRUE(Unpin(*c, Views(key))[0].ok());
   EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 0u);
 }
 
@@ -562,14 +563,14 @@ TEST_F(KvCacheSimTest, PrefixMatchLeavesNoPinsPastThePrefixItReturns) {
   uint64_t* evicting = EvictingWordOf(*nodes_[0], keys[2]);
   ASSERT_NE(evicting, nullptr);
   *evicting = 1;  // block 2 is being evicted
-  absl::StatusOr<size_t> n = c->PrefixMatch(Views(keys), kHardPin);
+  absl::StatusOr<size_t> n = PrefixMatch(*c, Views(keys), kHardPin);
   *evicting = 0;
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 2u);
   // Blocks 0 and 1 are pinned; 3 and 4 (past the prefix) are not.
   EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 2u);
   std::vector<absl::string_view> tail = {keys[3], keys[4]};
-  for (const absl::Status& s : c->Unpin(tail)) {
+  for (const absl::Status& s : Unpin(*c, tail)) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   }
 }
@@ -624,7 +625,7 @@ TEST_F(KvCacheSimTest, ConcurrentEnginesShareBlocks) {
           return;
         }
         Client& c = *engines[e];
-        size_t have = *c.PrefixMatch(Views(*keys), absl::Seconds(30));
+        size_t have = *PrefixMatch(c, Views(*keys), absl::Seconds(30));
         if (have >= system_prompt.size() / 16) ++found_shared;
         // Store what is missing, then read the whole chain back.
         std::vector<std::string> missing(keys->begin() + have, keys->end());
@@ -641,7 +642,7 @@ TEST_F(KvCacheSimTest, ConcurrentEnginesShareBlocks) {
           if (!got[i].ok() || out[i] != BlockFor((*keys)[i], kBlock))
             ++failures;
         }
-        c.Unpin(Views(*keys));
+        Unpin(c, Views(*keys));
       }
     });
   }
@@ -661,7 +662,7 @@ TEST_F(KvCacheSimTest, StatsReachTheNodeWithTheSessionRenewal) {
   ASSERT_TRUE(c->Get("s-0", absl::MakeSpan(out)).ok());
   EXPECT_EQ(c->Get("nope", absl::MakeSpan(out)).status().code(),
             absl::StatusCode::kNotFound);
-  Client::KvCounters mine = c->KvStatistics();
+  KvCounters mine = KvStatistics(*c);
   EXPECT_EQ(mine.total.hits, 1u);
   EXPECT_EQ(mine.total.misses, 1u);
   EXPECT_EQ(mine.total.puts, 2u);

@@ -16,12 +16,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/client_test_peer.h"
 #include "client/region.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "placement/coordinator_client.h"
 #include "placement/region_layout.h"
 #include "rdma/rdma.h"
@@ -71,9 +73,9 @@ class RegionSimTest : public ::testing::Test {
   std::unique_ptr<Client> Connect(const std::string& name) {
     ClientOptions options;
     options.coordinator = coordinator_->address();
-    options.transport = fabric_->CreateTransport(name);
     options.op_timeout = absl::Seconds(2);
-    auto client = Client::Connect(options);
+    auto client =
+        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -83,7 +85,7 @@ class RegionSimTest : public ::testing::Test {
     RegionOptions options;
     options.stripe_bytes = kStripeBytes;
     options.replicas = replicas;
-    auto region = client.CreateRegion(name, size, options);
+    auto region = CreateRegion(client, name, size, options);
     EXPECT_TRUE(region.ok()) << region.status();
     return region.ok() ? *std::move(region) : nullptr;
   }
@@ -140,7 +142,7 @@ TEST_F(RegionSimTest, RandomReadsAndWritesMatchALocalCopy) {
   const uint64_t kSize = 4 * kSlabBytes + 12345;
   auto region = Create(*a_, "random", kSize);
   ASSERT_NE(region, nullptr);
-  auto opened = b_->OpenRegion("random");
+  auto opened = OpenRegion(*b_, "random");
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::string model(kSize, '\0');
   for (int op = 0; op < 300; ++op) {
@@ -224,14 +226,14 @@ TEST_F(RegionSimTest, TinyStripesTakeSeveralPostsPerLane) {
   options.stripe_bytes = 4096;
   for (uint64_t size : {6 * kSlabBytes, 6 * kSlabBytes + 3 * 4096 + 17}) {
     std::string name = absl::StrCat("tiny-", size);
-    auto region = a_->CreateRegion(name, size, options);
+    auto region = CreateRegion(*a_, name, size, options);
     ASSERT_TRUE(region.ok()) << region.status();
     std::string data = RandomBytes(size);
     ASSERT_TRUE((*region)->Write(0, data).ok());
     std::string out(size, 'x');
     ASSERT_TRUE((*region)->Read(0, absl::MakeSpan(out)).ok());
     ASSERT_TRUE(out == data) << name;
-    ASSERT_TRUE(a_->DeleteRegion(name).ok());
+    ASSERT_TRUE(DeleteRegion(*a_, name).ok());
   }
 }
 
@@ -256,7 +258,7 @@ TEST_F(RegionSimTest, AccessPastTheEndIsOutOfRange) {
 TEST_F(RegionSimTest, CompareAndSwapAndFetchAddReturnTheOldValue) {
   auto region = Create(*a_, "atomics", 2 * kSlabBytes);
   ASSERT_NE(region, nullptr);
-  auto other = b_->OpenRegion("atomics");
+  auto other = OpenRegion(*b_, "atomics");
   ASSERT_TRUE(other.ok()) << other.status();
   // A word in a later stripe, on some node's second slab.
   const uint64_t kWord = 20 * kStripeBytes + 64;
@@ -283,7 +285,7 @@ TEST_F(RegionSimTest, CompareAndSwapAndFetchAddReturnTheOldValue) {
 TEST_F(RegionSimTest, ConcurrentFetchAddsLoseNoIncrement) {
   auto region = Create(*a_, "counter", kStripeBytes);
   ASSERT_NE(region, nullptr);
-  auto other = b_->OpenRegion("counter");
+  auto other = OpenRegion(*b_, "counter");
   ASSERT_TRUE(other.ok());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -339,7 +341,7 @@ TEST_F(RegionSimTest, ReplicatedRegionReadsFromTheSurvivingCopyAfterANodeDies) {
   std::string update = RandomBytes(3 * kStripeBytes);
   ASSERT_TRUE(replicated->Write(kStripeBytes, update).ok());
   data.replace(kStripeBytes, update.size(), update);
-  auto reopened = b_->OpenRegion("two-copies");
+  auto reopened = OpenRegion(*b_, "two-copies");
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   ASSERT_TRUE((*reopened)->Read(0, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, data);
@@ -455,23 +457,24 @@ TEST_F(RegionSimTest, BadNamesAndOptionsFailFastWithInvalidArgument) {
   const std::string too_long(kMaxRegionNameBytes + 1, 'n');
   for (const std::string& name : {std::string(), std::string("has space"),
                                   std::string("tab\t"), too_long}) {
-    EXPECT_EQ(a_->CreateRegion(name, 4096).status().code(),
+    EXPECT_EQ(CreateRegion(*a_, name, 4096).status().code(),
               absl::StatusCode::kInvalidArgument)
         << name;
-    EXPECT_EQ(a_->OpenRegion(name).status().code(),
+    EXPECT_EQ(OpenRegion(*a_, name).status().code(),
               absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(a_->DeleteRegion(name).code(),
+    EXPECT_EQ(DeleteRegion(*a_, name).code(),
               absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(a_->RenameRegion("ok", name).code(),
+    EXPECT_EQ(RenameRegion(*a_, "ok", name).code(),
               absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(a_->CreateRegion("zero", 0).status().code(),
+  EXPECT_EQ(CreateRegion(*a_, "zero", 0).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(a_->CreateRegion("r", 4096, {.stripe_bytes = 1000}).status().code(),
+  EXPECT_EQ(
+      CreateRegion(*a_, "r", 4096, {.stripe_bytes = 1000}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateRegion(*a_, "r", 4096, {.replicas = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(a_->CreateRegion("r", 4096, {.replicas = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(a_->CreateRegion("r", 4096, {.replicas = 9}).status().code(),
+  EXPECT_EQ(CreateRegion(*a_, "r", 4096, {.replicas = 9}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -481,7 +484,7 @@ TEST_F(RegionSimTest, ListDescribesRegionsAndDeleteForgetsThem) {
   ASSERT_NE(region, nullptr);
   ASSERT_NE(Create(*a_, "models/b", kStripeBytes, 2), nullptr);
   ASSERT_NE(Create(*a_, "other", kStripeBytes), nullptr);
-  auto listed = b_->ListRegions("models/");
+  auto listed = ListRegions(*b_, "models/");
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 2u);
   const RegionDescription& d = (*listed)[0];
@@ -493,17 +496,17 @@ TEST_F(RegionSimTest, ListDescribesRegionsAndDeleteForgetsThem) {
   EXPECT_GT(d.created, before);
   EXPECT_LT(d.created, absl::Now() + absl::Seconds(1));
   EXPECT_EQ((*listed)[1].replicas, 2u);
-  EXPECT_EQ(b_->ListRegions()->size(), 3u);
+  EXPECT_EQ(ListRegions(*b_)->size(), 3u);
 
-  ASSERT_TRUE(b_->RenameRegion("models/a", "models/c").ok());
-  EXPECT_EQ(a_->OpenRegion("models/a").status().code(),
+  ASSERT_TRUE(RenameRegion(*b_, "models/a", "models/c").ok());
+  EXPECT_EQ(OpenRegion(*a_, "models/a").status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_TRUE(a_->OpenRegion("models/c").ok());
-  EXPECT_EQ(b_->RenameRegion("models/b", "models/c").code(),
+  EXPECT_TRUE(OpenRegion(*a_, "models/c").ok());
+  EXPECT_EQ(RenameRegion(*b_, "models/b", "models/c").code(),
             absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(a_->DeleteRegion("models/c").ok());
-  EXPECT_EQ(a_->DeleteRegion("models/c").code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(b_->OpenRegion("models/c").status().code(),
+  ASSERT_TRUE(DeleteRegion(*a_, "models/c").ok());
+  EXPECT_EQ(DeleteRegion(*a_, "models/c").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenRegion(*b_, "models/c").status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -583,7 +586,7 @@ TEST_F(RegionTcpLoopbackTest, LargeTransfersRoundTripAndAreNotBoundByOneLane) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::Time t0 = absl::Now();
-  auto region = (*client)->CreateRegion("bench", kBytes);
+  auto region = CreateRegion(*(*client), "bench", kBytes);
   ASSERT_TRUE(region.ok()) << region.status();
   absl::Duration create = absl::Now() - t0;
 

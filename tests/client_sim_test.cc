@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/client_test_peer.h"
 #include "coordinator/coordinator.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
@@ -53,9 +54,9 @@ class ClientSimTest : public ::testing::Test {
   std::unique_ptr<Client> Connect(const std::string& name) {
     ClientOptions options;
     options.coordinator = coordinator_->address();
-    options.transport = fabric_->CreateTransport(name);
     options.op_timeout = absl::Seconds(2);
-    auto client = Client::Connect(options);
+    auto client =
+        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -516,9 +517,9 @@ TEST(ClientBootstrapTest, EndpointHandshakeTravelsOverTheNodeControlPlane) {
   ASSERT_TRUE(node.ok()) << node.status();
   ClientOptions client_options;
   client_options.coordinator = (*coordinator)->address();
-  client_options.transport =
-      std::make_shared<HandshakingTransport>(fabric->CreateTransport("c"));
-  auto client = Client::Connect(client_options);
+  auto client = ClientTestPeer::ConnectThrough(
+      client_options,
+      std::make_shared<HandshakingTransport>(fabric->CreateTransport("c")));
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Put("k", "v").ok());
   EXPECT_EQ(*(*client)->Get("k"), "v");

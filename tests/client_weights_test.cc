@@ -11,9 +11,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/client_test_peer.h"
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "rdma/rdma.h"
 #include "store/store.h"
@@ -60,9 +62,9 @@ class WeightsTest : public ::testing::Test {
     }
     ClientOptions options;
     options.coordinator = coordinator_->address();
-    options.transport = fabric_->CreateTransport("client");
     options.op_timeout = absl::Seconds(2);
-    auto client = Client::Connect(options);
+    auto client = ClientTestPeer::ConnectThrough(
+        options, fabric_->CreateTransport("client"));
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     ASSERT_FALSE(dir_.path().empty());
@@ -104,7 +106,7 @@ class WeightsTest : public ::testing::Test {
   }
 
   std::vector<std::string> RegionNames() {
-    auto regions = client_->ListRegions();
+    auto regions = ListRegions(*client_);
     EXPECT_TRUE(regions.ok()) << regions.status();
     std::vector<std::string> names;
     if (regions.ok()) {
@@ -352,7 +354,7 @@ TEST_F(WeightsTest, VerifiedReadCatchesBytesChangedAfterTheLoad) {
   auto store = WeightStore::Open(*client_, "m");
   ASSERT_TRUE(store.ok());
   const TensorInfo* big = *(*store)->Find("big.u8");
-  auto region = client_->OpenRegion("weights/m");
+  auto region = OpenRegion(*client_, "weights/m");
   ASSERT_TRUE(region.ok()) << region.status();
   // One byte in the second digest chunk.
   const uint64_t at = big->offset + kWeightChunkBytes + 12345;
@@ -408,9 +410,11 @@ TEST_F(WeightsTest, RemoveModelAlsoRemovesADeadLoadersStagingRegion) {
   std::string file = Write("m.safetensors", {T("w", DType::kU8, {1000})}, seed_);
   ASSERT_TRUE(LoadSafetensors(*client_, "m", {file}, Striped()).ok());
   // What a loader killed mid-copy leaves behind.
-  ASSERT_TRUE(client_->CreateRegion("weights-loading/m#0123456789abcdef", 4096).ok());
+  ASSERT_TRUE(
+      CreateRegion(*client_, "weights-loading/m#0123456789abcdef", 4096).ok());
   // Another model's staging region is not touched.
-  ASSERT_TRUE(client_->CreateRegion("weights-loading/m2#0123456789abcdef", 4096).ok());
+  ASSERT_TRUE(
+      CreateRegion(*client_, "weights-loading/m2#0123456789abcdef", 4096).ok());
   ASSERT_TRUE(RemoveModel(*client_, "m").ok());
   EXPECT_EQ(RegionNames(),
             std::vector<std::string>{"weights-loading/m2#0123456789abcdef"});
@@ -419,8 +423,8 @@ TEST_F(WeightsTest, RemoveModelAlsoRemovesADeadLoadersStagingRegion) {
 
 TEST_F(WeightsTest, RemoveModelSparesTheStagingRegionOfALoadStillRunning) {
   // A live loader bumps the heartbeat word of its staging region.
-  auto staging = client_->CreateRegion("weights-loading/busy#00000000000000aa",
-                                       8192);
+  auto staging =
+      CreateRegion(*client_, "weights-loading/busy#00000000000000aa", 8192);
   ASSERT_TRUE(staging.ok()) << staging.status();
   std::atomic<bool> stop{false};
   std::thread loader([&] {

@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/kv_cache.h"
+#include "meshpool/region.h"
 #include "tests/integration_util.h"
 #include "tests/shell_util.h"
 
@@ -139,8 +141,8 @@ TEST_F(KvIntegrationTest, FillToThreeTimesThePoolOnlyMisses) {
   }));
   // The prefix of the chain is gone, its tail is there.
   std::vector<absl::string_view> all = Views(keys);
-  EXPECT_EQ(*client_->PrefixMatch(all), 0u);
-  EXPECT_GT(*client_->PrefixMatch(absl::MakeSpan(all).last(4)), 0u);
+  EXPECT_EQ(*PrefixMatch(*client_, all), 0u);
+  EXPECT_GT(*PrefixMatch(*client_, absl::MakeSpan(all).last(4)), 0u);
 }
 
 TEST_F(KvIntegrationTest, PinsOfAKilledClientLapseAndLiveOnesHold) {
@@ -154,7 +156,7 @@ TEST_F(KvIntegrationTest, PinsOfAKilledClientLapseAndLiveOnesHold) {
     PutAll(*writer, orphaned);
   }
   PutAll(kept);
-  ASSERT_EQ(client_->Pin(Views(kept), kHardPin)[0], absl::OkStatus());
+  ASSERT_EQ(Pin(*client_, Views(kept), kHardPin)[0], absl::OkStatus());
   // Another process hard-pins `orphaned`, holds them, and is killed.
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
@@ -218,10 +220,10 @@ TEST(KvSameHostTest, SharedMemoryClientKeepsAtomicsOnTheNodesTransport) {
   EXPECT_TRUE(MapsANodePool()) << "the client did not take the shm path";
   EXPECT_EQ(*client->Get("k"), "v");
   // Region atomics from two clients interleave on one word.
-  auto region = client->CreateRegion("counter", 4096);
+  auto region = CreateRegion(*client, "counter", 4096);
   ASSERT_TRUE(region.ok()) << region.status();
   auto other = testing::ConnectClient(cluster->coordinator_address());
-  auto other_region = other->OpenRegion("counter");
+  auto other_region = OpenRegion(*other, "counter");
   ASSERT_TRUE(other_region.ok()) << other_region.status();
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE((*region)->FetchAdd(0, 1).ok());
@@ -246,7 +248,7 @@ TEST(KvSameHostTest, SharedMemoryClientKeepsAtomicsOnTheNodesTransport) {
     for (const absl::Status& st : client->BatchPut(Views(k), Views(v))) {
       ASSERT_TRUE(st.ok()) << st;
     }
-    if (i == 0) ASSERT_TRUE(client->Pin(Views(first), kHardPin)[0].ok());
+    if (i == 0) ASSERT_TRUE(Pin(*client, Views(first), kHardPin)[0].ok());
   }
   EXPECT_EQ(*client->Get(keys.front()),
             testing::MakeValue(keys.front(), 1, kBlock));

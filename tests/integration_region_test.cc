@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "tests/integration_util.h"
 
 namespace meshpool {
@@ -68,9 +69,9 @@ TEST(RegionClusterTest, RegionLargerThanANodeIsSharedBetweenClients) {
   RegionOptions region_options;
   region_options.stripe_bytes = kStripeBytes;
   auto region =
-      writer->CreateRegion("weights/v1", kRegionBytes, region_options);
+      CreateRegion(*writer, "weights/v1", kRegionBytes, region_options);
   ASSERT_TRUE(region.ok()) << region.status();
-  EXPECT_EQ(writer->CreateRegion("weights/v1", 4096).status().code(),
+  EXPECT_EQ(CreateRegion(*writer, "weights/v1", 4096).status().code(),
             absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(testing::WaitForStatus(*reader, [](const ClusterStatus& s) {
     return RegionSlabs(s) == kRegionBytes / kSlabBytes;
@@ -80,7 +81,7 @@ TEST(RegionClusterTest, RegionLargerThanANodeIsSharedBetweenClients) {
   // plain memory and into a registered buffer (straight from the nodes).
   const std::string data = Pattern(kRegionBytes, 1);
   ASSERT_TRUE((*region)->Write(0, data).ok());
-  auto opened = reader->OpenRegion("weights/v1");
+  auto opened = OpenRegion(*reader, "weights/v1");
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ((*opened)->size(), kRegionBytes);
   std::string plain(kRegionBytes, 'x');
@@ -112,31 +113,32 @@ TEST(RegionClusterTest, RegionLargerThanANodeIsSharedBetweenClients) {
   EXPECT_EQ(*(*region)->CompareAndSwap(kWord, 0, 1), 15u);
 
   // Publish under a new name; list; delete returns the memory.
-  ASSERT_TRUE(writer->RenameRegion("weights/v1", "weights/current").ok());
-  EXPECT_EQ(reader->OpenRegion("weights/v1").status().code(),
+  ASSERT_TRUE(RenameRegion(*writer, "weights/v1", "weights/current").ok());
+  EXPECT_EQ(OpenRegion(*reader, "weights/v1").status().code(),
             absl::StatusCode::kNotFound);
-  auto listed = reader->ListRegions("weights/");
+  auto listed = ListRegions(*reader, "weights/");
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].name, "weights/current");
   EXPECT_EQ((*listed)[0].size, kRegionBytes);
   EXPECT_EQ((*listed)[0].stripe_bytes, kStripeBytes);
   EXPECT_EQ((*listed)[0].nodes.size(), 3u);
-  auto current = reader->OpenRegion("weights/current");
+  auto current = OpenRegion(*reader, "weights/current");
   ASSERT_TRUE(current.ok()) << current.status();
   ASSERT_TRUE((*current)->Read(kOffset, absl::MakeSpan(back)).ok());
   EXPECT_TRUE(back == update);
 
-  ASSERT_TRUE(reader->DeleteRegion("weights/current").ok());
-  EXPECT_EQ(writer->DeleteRegion("weights/current").code(),
+  ASSERT_TRUE(DeleteRegion(*reader, "weights/current").ok());
+  EXPECT_EQ(DeleteRegion(*writer, "weights/current").code(),
             absl::StatusCode::kNotFound);
-  EXPECT_TRUE(reader->ListRegions()->empty());
+  EXPECT_TRUE(ListRegions(*reader)->empty());
   EXPECT_TRUE(testing::WaitForStatus(*writer, [&](const ClusterStatus& s) {
     return RegionSlabs(s) == 0 && FreeSlabs(s) == free_slabs;
   })) << "deleting the region did not give its slabs back";
   // The memory is usable again (once the nodes' grace period passed): the
   // same size fits once more.
-  auto again = writer->CreateRegion("weights/v2", kRegionBytes, region_options);
+  auto again =
+      CreateRegion(*writer, "weights/v2", kRegionBytes, region_options);
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
@@ -149,10 +151,10 @@ TEST(RegionClusterTest, RegionTooLargeForTheClusterIsResourceExhausted) {
   ASSERT_NE(cluster, nullptr);
   auto client = ConnectClient(cluster->coordinator_address());
   ASSERT_NE(client, nullptr);
-  auto region = client->CreateRegion("huge", 64 << 20);
+  auto region = CreateRegion(*client, "huge", 64 << 20);
   EXPECT_EQ(region.status().code(), absl::StatusCode::kResourceExhausted)
       << region.status();
-  EXPECT_EQ(client->OpenRegion("huge").status().code(),
+  EXPECT_EQ(OpenRegion(*client, "huge").status().code(),
             absl::StatusCode::kNotFound);
   auto status = client->Status();
   ASSERT_TRUE(status.ok());

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "tests/integration_util.h"
 #include "tests/safetensors_writer.h"
@@ -62,7 +63,7 @@ class WeightsCliTest : public ::testing::Test {
   }
 
   std::vector<std::string> RegionNames() {
-    auto regions = client_->ListRegions();
+    auto regions = ListRegions(*client_);
     EXPECT_TRUE(regions.ok()) << regions.status();
     std::vector<std::string> names;
     if (regions.ok()) {

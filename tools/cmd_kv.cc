@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "meshpool/client.h"
+#include "meshpool/kv_cache.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -42,7 +43,7 @@ int RunPin(int argc, char** argv) {
   if (!ttl.ok()) return Fail("pin", ttl.status());
   std::vector<absl::string_view> keys = Keys(flags);
   std::vector<absl::Status> pinned =
-      client->Pin(keys, flags.GetBool("hard") ? kHardPin : *ttl);
+      Pin(*client, keys, flags.GetBool("hard") ? kHardPin : *ttl);
   int failed = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (pinned[i].ok()) continue;
@@ -56,7 +57,7 @@ int RunPin(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!stop_holding) absl::SleepFor(absl::Milliseconds(100));
-  client->Unpin(keys);
+  Unpin(*client, keys);
   return failed == 0 ? 0 : 1;
 }
 
@@ -68,7 +69,7 @@ int RunPrefix(int argc, char** argv) {
   int rc = 0;
   auto client = OpenClient(flags, argc, argv, "prefix", 1, 1 << 20, &rc);
   if (!client) return rc;
-  absl::StatusOr<size_t> n = client->PrefixMatch(Keys(flags));
+  absl::StatusOr<size_t> n = PrefixMatch(*client, Keys(flags));
   if (!n.ok()) return Fail("prefix", n.status());
   std::printf("%zu\n", *n);
   return 0;

@@ -44,10 +44,6 @@
 
 namespace meshpool {
 
-namespace rdma {
-class Transport;
-}
-
 // Longest key, in bytes. Keys are arbitrary bytes, at least one.
 inline constexpr size_t kMaxKeyBytes = 4096;
 
@@ -85,9 +81,6 @@ struct ClientOptions {
     std::map<std::string, std::string> peer_devices;
   };
   Rdma rdma;
-  // Tests: reach every node through this transport (e.g. a simulated
-  // fabric) instead of choosing one by the node's address scheme.
-  std::shared_ptr<rdma::Transport> transport;
 };
 
 // KV-cache counters: what a client counted against the nodes (its own view:
@@ -137,65 +130,6 @@ struct ClusterStatus {
   std::vector<NodeStatus> nodes;
 };
 
-// ---- KV cache for LLM inference ------------------------------------------
-//
-// An inference engine keys a KV-cache block by the tokens that produced it:
-// block i's key is a chained hash over the token ids of blocks 0..i, so
-// equal prefixes give equal keys and the first differing token changes
-// every later key. The chain starts from a namespace (model, parallel
-// ranks, tenant salt, block size), so engines serving the same model and
-// ranks share blocks and different models never collide.
-
-struct BlockKeyOptions {
-  std::string model;     // required: the model's name or checksum
-  uint32_t tp_rank = 0;  // tensor-parallel rank / size
-  uint32_t tp_size = 1;
-  uint32_t pp_rank = 0;  // pipeline-parallel rank / size
-  uint32_t pp_size = 1;
-  std::string salt;            // per tenant; empty: shared by all tenants
-  uint32_t block_tokens = 16;  // tokens per block (1..kMaxBlockTokens)
-};
-inline constexpr uint32_t kMaxBlockTokens = 1u << 16;
-
-// Derives block keys incrementally as tokens arrive (prefill, then decode).
-// Keys are "kv1:" followed by 32 hex digits (XXH3-128 of the previous
-// block's hash and this block's token ids, little-endian int32).
-// Thread-compatible: one chain per sequence.
-class BlockKeyChain {
- public:
-  // InvalidArgument for an empty model, a rank not below its size, or a
-  // block size of 0 or over kMaxBlockTokens.
-  static absl::StatusOr<BlockKeyChain> Create(const BlockKeyOptions& options);
-
-  // Appends `tokens`; returns the keys of the blocks they completed (a
-  // partial block waits for more tokens and has no key).
-  std::vector<std::string> Append(absl::Span<const int32_t> tokens);
-  // Every full block's key so far, in order.
-  const std::vector<std::string>& keys() const { return keys_; }
-  // Tokens of the partial block not yet keyed.
-  size_t pending_tokens() const { return pending_.size(); }
-
- private:
-  BlockKeyChain(uint32_t block_tokens, uint64_t lo, uint64_t hi)
-      : block_tokens_(block_tokens), lo_(lo), hi_(hi) {}
-  uint32_t block_tokens_;
-  uint64_t lo_, hi_;  // the chain's last hash
-  std::vector<int32_t> pending_;
-  std::vector<std::string> keys_;
-};
-
-// The keys of every full block of `tokens` (BlockKeyChain in one call).
-absl::StatusOr<std::vector<std::string>> BlockKeys(
-    const BlockKeyOptions& options, absl::Span<const int32_t> tokens);
-
-// Pins: a pinned block is never evicted. `ttl` bounds a pin in time;
-// kHardPin never expires. Either kind lasts at most as long as the client
-// that made it: nodes drop a client's pins one session lease (10 s by
-// default) after it stops renewing (crash, exit, partition). A pin holds
-// the key's value as it was when pinned: replacing or deleting the key
-// ends its protection.
-inline constexpr absl::Duration kHardPin = absl::InfiniteDuration();
-
 // An asynchronous batch: the Async calls return at once with one of these;
 // the batch completes in the background. Poll done(), Wait(), or pass a
 // callback. Results are valid once done() is true.
@@ -222,99 +156,6 @@ class BatchHandle {
 // must not block for long (it holds up other completions) and may start
 // new batches.
 using BatchCallback = std::function<void(const BatchHandle&)>;
-
-// Stripe size of a region created with RegionOptions.stripe_bytes = 0 (the
-// coordinator caps it at the smallest slab of the nodes it places on).
-inline constexpr uint64_t kDefaultStripeBytes = uint64_t{4} << 20;
-// Longest region name, in bytes.
-inline constexpr size_t kMaxRegionNameBytes = 256;
-
-struct RegionOptions {
-  // Bytes per stripe: a multiple of 4 KiB, at most the nodes' slab size.
-  // 0: kDefaultStripeBytes, capped at the smallest slab.
-  uint64_t stripe_bytes = 0;
-  // Copies of every stripe, each on a different node (1..8).
-  uint32_t replicas = 1;
-};
-
-// A region as ListRegions describes it.
-struct RegionDescription {
-  std::string name;
-  uint64_t size = 0;
-  uint64_t stripe_bytes = 0;
-  uint32_t replicas = 1;
-  std::vector<std::string> nodes;  // node ids holding any of its stripes
-  absl::Time created;
-};
-
-// Regions: named, fixed-size memory striped across the memory nodes (the
-// shared-memory face of meshpool; model weights live in them). Stripes are
-// placed by the coordinator in proportion to the nodes' free memory, each
-// with `replicas` copies on distinct nodes. Region memory is hard-pinned:
-// never evicted, never reclaimed until the region is deleted. It starts
-// zero-filled. Reads and writes are one-sided, split over stripes and nodes
-// and issued in parallel; no control-plane call per operation.
-//
-// Consistency: a Write is not atomic as a whole (a concurrent Read may see
-// part of it); the 8-byte atomics are atomic with each other on the same
-// word. With replicas, a Write goes to every live copy and a Read is served
-// by the first live copy of each stripe.
-//
-// Error codes of Region operations:
-//   OutOfRange         - offset + length past the region's size.
-//   InvalidArgument    - an atomic's offset is not 8-byte aligned.
-//   FailedPrecondition - an atomic on a region with more than one replica
-//                        (copies would diverge): use replicas = 1.
-//   DataLoss           - every node holding some stripe's copies died: the
-//                        bytes are gone; delete and recreate the region.
-//   Unavailable        - a node failed mid-operation: retry.
-//   NotFound           - (Open/Delete/Rename) no region of that name; also
-//                        from operations on a Region deleted meanwhile when
-//                        the client notices (it may not: see below).
-//
-// Lifetime: a Region handle stays usable while its Client lives. Deleting a
-// region (from any client) while others still read it is the caller's
-// race: their reads may return bytes of whatever reuses the memory after a
-// grace period. Publish new contents under a new name and RenameRegion
-// instead of rewriting a region others read.
-//
-// Thread-safety: a Region is thread-safe; calls proceed in parallel.
-class Region {
- public:
-  virtual ~Region() = default;
-
-  virtual const std::string& name() const = 0;
-  virtual uint64_t size() const = 0;
-  virtual uint64_t stripe_bytes() const = 0;
-  virtual uint32_t replicas() const = 0;
-
-  // Copies [offset, offset + out.size()) into `out`. When `out` lies inside
-  // a buffer registered with Client::RegisterBuffer the bytes move straight
-  // from the nodes into it; otherwise they are staged.
-  virtual absl::Status Read(uint64_t offset, absl::Span<char> out) = 0;
-
-  // Writes `data` at `offset` (every live copy). Registered memory moves
-  // without staging, like Read.
-  virtual absl::Status Write(uint64_t offset, absl::Span<const char> data) = 0;
-
-  // Checks that every live copy of [offset, offset + data.size()) holds
-  // exactly `data`: each node hashes its copies (XXH3-64) and this client
-  // compares with the hash of `data`, so nothing is read back over the
-  // network (the nodes' CPUs do this work, only when asked). DataLoss
-  // naming the stripe and node on a mismatch; otherwise the Read errors.
-  // For writers that must know their bytes landed, on every copy.
-  virtual absl::Status Verify(uint64_t offset, absl::Span<const char> data) = 0;
-
-  // Atomically: if the 8-byte word at `offset` equals `expected`, set it to
-  // `desired`. Returns the old value either way (success: old == expected).
-  // Words are host byte order. REQUIRES: offset % 8 == 0.
-  virtual absl::StatusOr<uint64_t> CompareAndSwap(uint64_t offset,
-                                                  uint64_t expected,
-                                                  uint64_t desired) = 0;
-  // Atomically adds `delta` to the word at `offset`; returns the old value.
-  virtual absl::StatusOr<uint64_t> FetchAdd(uint64_t offset,
-                                            uint64_t delta) = 0;
-};
 
 class Client {
  public:
@@ -378,17 +219,6 @@ class Client {
   std::vector<absl::StatusOr<bool>> BatchExists(
       absl::Span<const absl::string_view> keys);
 
-  // ---- KV cache (see BlockKeyChain, kHardPin, BatchHandle above) ----
-  //
-  // Memory pressure: nodes evict whole slabs of blocks, oldest first,
-  // giving recently read ones a second chance and never evicting pinned
-  // blocks or regions; a PUT into a full node waits (within op_timeout)
-  // for eviction instead of failing, and fails ResourceExhausted only when
-  // everything left is pinned. An evicted key reads as NotFound (a miss).
-  // A GET holds a read lease: memory of an evicted or replaced block is
-  // reused only after the longest GET may take, so a GET in flight never
-  // returns reused bytes.
-
   // Asynchronous BatchPut / BatchGet: return at once; the per-node parts
   // run in parallel on client threads, each node's phases posted as one
   // batch (one doorbell). Keys are copied; `values` / `outs` must stay
@@ -402,63 +232,6 @@ class Client {
       absl::Span<const absl::string_view> keys,
       absl::Span<const absl::Span<char>> outs, BatchCallback on_done = nullptr);
 
-  // How many leading keys are present: the longest prefix of `keys` the
-  // pool holds (a later key present after a gap does not count). With a
-  // nonzero `pin_ttl` the matched keys are also pinned in the same call
-  // (kHardPin: until Unpin), so they are not evicted before the engine
-  // reads them; a key whose pin does not hold (it was being evicted) ends
-  // the prefix there. Unavailable only when the first key's node cannot
-  // be reached (a node failing later in the chain ends the prefix there);
-  // InvalidArgument for a bad key.
-  absl::StatusOr<size_t> PrefixMatch(
-      absl::Span<const absl::string_view> keys,
-      absl::Duration pin_ttl = absl::ZeroDuration());
-
-  // Pins each key's current value for `ttl` (kHardPin: until Unpin or this
-  // client ends). A client holds at most one pin per key: pinning a key it
-  // already pinned moves the pin to the key's current value and keeps the
-  // later expiry (a hard pin stays hard). One status per key: NotFound
-  // (absent, or being evicted), ResourceExhausted (this client's pin table
-  // on that node is full: unpin some; or the node has no free session),
-  // InvalidArgument (bad key or ttl <= 0), Unavailable (node unreachable).
-  std::vector<absl::Status> Pin(absl::Span<const absl::string_view> keys,
-                                absl::Duration ttl);
-  // Drops this client's pins of `keys`. NotFound for a key it had not
-  // pinned (or whose pin already lapsed).
-  std::vector<absl::Status> Unpin(absl::Span<const absl::string_view> keys);
-
-  // What this client counted, in total and per node id.
-  struct KvCounters {
-    KvStats total;
-    std::map<std::string, KvStats> per_node;
-  };
-  KvCounters KvStatistics() const;
-
-  // Creates a region of `size` bytes (> 0), zero-filled. Errors:
-  // InvalidArgument (empty or over-long name, bad stripe size or replica
-  // count; the message says what to use), AlreadyExists (the name is
-  // taken), ResourceExhausted (the nodes' free memory cannot hold it; it
-  // says how much is free), FailedPrecondition (fewer live nodes than
-  // replicas), Unavailable (coordinator or a node unreachable: retry; when
-  // the coordinator did not answer within 60 s the create may still have
-  // completed, which OpenRegion tells).
-  absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
-      absl::string_view name, uint64_t size, const RegionOptions& options = {});
-  // Opens an existing region. NotFound if there is none of that name.
-  absl::StatusOr<std::unique_ptr<Region>> OpenRegion(absl::string_view name);
-  // Deletes a region and frees its memory on the nodes (after a grace
-  // period, so reads in flight finish). NotFound if absent.
-  absl::Status DeleteRegion(absl::string_view name);
-  // Atomically renames `from` to `to`: a reader opening `to` sees the old
-  // region or the new one, never neither (with replace) nor a mix. When `to`
-  // exists: AlreadyExists, unless `replace`, which deletes the region `to`
-  // named. NotFound when `from` is absent.
-  absl::Status RenameRegion(absl::string_view from, absl::string_view to,
-                            bool replace = false);
-  // Regions whose name starts with `prefix`, sorted by name.
-  absl::StatusOr<std::vector<RegionDescription>> ListRegions(
-      absl::string_view prefix = "");
-
   // The cluster map with fresh per-node statistics (a control-plane call per
   // node; for tools, not the data path).
   absl::StatusOr<ClusterStatus> Status();
@@ -468,6 +241,7 @@ class Client {
 
  private:
   class Impl;
+  friend class ClientAccess;    // <meshpool/kv_cache.h>, <meshpool/region.h>
   friend class ClientTestPeer;  // tests: client/client_test_peer.h
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 
 namespace meshpool {
 
