@@ -7,6 +7,8 @@
 
 #include "benchmark/benchmark.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
+#include "rdma/tcp.h"
 
 namespace meshpool::rdma {
 namespace {

@@ -12,6 +12,8 @@
 #include "absl/time/clock.h"
 #include "common/common.h"
 #include "placement/region_layout.h"
+#include "rdma/tcp.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::bench {
 namespace {

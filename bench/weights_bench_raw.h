@@ -22,6 +22,7 @@
 #include "client/node_connection.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::bench {
 

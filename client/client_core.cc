@@ -9,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "placement/placement.h"
+#include "rdma/shm.h"
+#include "rdma/tcp.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::client_internal {
 namespace {

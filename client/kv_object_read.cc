@@ -16,8 +16,9 @@ ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
   uint64_t value_at = format::ValueOffset(key.key.size());
   // Over tcp every READ is a request the node's responder handles: below
   // kZeroCopyMinBytes one staged READ and a copy beat three READs.
-  const bool small_over_tcp = s.node().transport().name() == "tcp" &&
-                              target.out.size() < kZeroCopyMinBytes;
+  const bool small_over_tcp =
+      s.node().transport().kind() == rdma::TransportKind::kTcp &&
+      target.out.size() < kZeroCopyMinBytes;
   r.direct = allow_direct && !small_over_tcp && target.lkey.has_value() &&
              !target.out.empty() && r.length > value_at;
   r.head_at = *cursor;

@@ -366,7 +366,7 @@ absl::StatusOr<std::string> NodeConnection::Handshake(
   proto::HandshakeRequest message;
   // Over shm only the forwarded atomics' endpoint (the node's own
   // transport) shakes hands: name none, the node answers for its own.
-  if (transport_.name() != "shm") {
+  if (transport_.kind() != rdma::TransportKind::kShm) {
     message.set_transport(std::string(transport_.name()));
   }
   message.set_request(request);

@@ -1,5 +1,7 @@
 // ParseDeviceMatrix: the N x N table saying which local RDMA device reaches
 // which peer (see rdma.h). Pure text processing; no verbs.
+#include "rdma/device_matrix.h"
+
 #include <cstddef>
 #include <map>
 #include <string>

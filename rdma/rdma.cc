@@ -21,6 +21,20 @@ absl::string_view OpcodeName(Opcode op) {
   return "UNKNOWN";
 }
 
+absl::string_view TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kVerbs:
+      return "verbs";
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kSim:
+      return "sim";
+  }
+  return "unknown";
+}
+
 absl::Status PostAndWait(Endpoint& endpoint,
                          absl::Span<const WorkRequest> batch,
                          absl::Span<Completion> out, absl::Duration timeout) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 
 namespace meshpool::rdma {
 namespace {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/region_registry.h"
+#include "rdma/shm.h"
 #include "rdma/shm_wire.h"
 
 namespace meshpool::rdma::internal {

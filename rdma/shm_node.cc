@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "rdma/shm.h"
 #include "rdma/shm_wire.h"
 
 namespace meshpool::rdma::internal {

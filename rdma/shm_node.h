@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 #include "rdma/shm_mapping.h"
 #include "rdma/socket.h"
 

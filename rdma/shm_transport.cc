@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 #include "rdma/shm_endpoint.h"
 #include "rdma/shm_mapping.h"
 #include "rdma/shm_node.h"
@@ -57,7 +58,7 @@ class ShmTransport : public Transport {
     listener_.reset();  // hangs every client up
   }
 
-  absl::string_view name() const override { return "shm"; }
+  TransportKind kind() const override { return TransportKind::kShm; }
 
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {

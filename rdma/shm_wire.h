@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 
 namespace meshpool::rdma::internal {
 

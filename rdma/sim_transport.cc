@@ -21,12 +21,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
 #include "rdma/rdma.h"
 #include "rdma/region_registry.h"
+#include "rdma/sim.h"
 
 namespace meshpool::rdma {
 namespace {
@@ -210,7 +211,7 @@ class SimTransport : public Transport {
       : fabric_(std::move(fabric)), node_(std::move(node)) {}
   ~SimTransport() override { fabric_->Unlisten(*node_); }
 
-  absl::string_view name() const override { return "sim"; }
+  TransportKind kind() const override { return TransportKind::kSim; }
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {
     return internal::RegisteredRegion::Create(node_->registry, addr, length);

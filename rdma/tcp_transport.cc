@@ -9,6 +9,7 @@
 #include "common/common.h"
 #include "rdma/rdma.h"
 #include "rdma/region_registry.h"
+#include "rdma/tcp.h"
 #include "rdma/tcp_endpoint.h"
 #include "rdma/tcp_responder.h"
 
@@ -21,7 +22,7 @@ class TcpTransport : public Transport {
       : options_(options),
         registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)) {}
 
-  absl::string_view name() const override { return "tcp"; }
+  TransportKind kind() const override { return TransportKind::kTcp; }
 
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
 #include "rdma/verbs_resources.h"
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/common.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::rdma::internal {
 

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 #include "rdma/verbs_endpoint.h"
 #include "rdma/verbs_handshake.h"
 #include "rdma/verbs_resources.h"
@@ -153,7 +154,7 @@ class VerbsTransport : public Transport {
         peer_device_(std::move(peer_device)),
         regions_(std::make_shared<RegionTable>(seed)) {}
 
-  absl::string_view name() const override { return "verbs"; }
+  TransportKind kind() const override { return TransportKind::kVerbs; }
 
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override;

@@ -20,6 +20,7 @@
 #include "common/common.h"
 #include "format/layout.h"
 #include "placement/coordinator_client.h"
+#include "rdma/shm.h"
 #include "store/evictor.h"
 #include "store/node_service.h"
 #include "store/pin_tables.h"
@@ -242,8 +243,9 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   // Faulted in now, so region creation and first writes (TCP and sim serve
   // them on the data path) never pay page faults. Verbs registration would
   // fault the pages in anyway; it then finds them present.
-  const bool shared = options.shm && (transport->name() == "tcp" ||
-                                      transport->name() == "verbs");
+  const bool shared =
+      options.shm && (transport->kind() == rdma::TransportKind::kTcp ||
+                      transport->kind() == rdma::TransportKind::kVerbs);
   MESHPOOL_ASSIGN_OR_RETURN(
       Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages,
                               /*populate=*/true, shared));
@@ -332,7 +334,7 @@ absl::StatusOr<std::string> NodeImpl::ServeShm(
   rdma::ShmOptions shm;
   shm.exports.push_back(
       {pool_.data(), pool_.size(), pool_.fd(), 0, region_->remote().rkey});
-  if (transport_->name() == "verbs") {
+  if (transport_->kind() == rdma::TransportKind::kVerbs) {
     shm.atomics_address = std::string(transport_address);
   }
   MESHPOOL_ASSIGN_OR_RETURN(shm_transport_,

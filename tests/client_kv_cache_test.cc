@@ -22,6 +22,7 @@
 #include "placement/coordinator_client.h"
 #include "placement/placement.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
 #include "store/store.h"
 
 namespace meshpool {

@@ -27,6 +27,8 @@
 #include "placement/coordinator_client.h"
 #include "placement/region_layout.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
+#include "rdma/tcp.h"
 #include "store/store.h"
 
 namespace meshpool {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 
@@ -470,7 +471,7 @@ class HandshakingTransport : public rdma::Transport {
  public:
   explicit HandshakingTransport(std::unique_ptr<rdma::Transport> inner)
       : inner_(std::move(inner)) {}
-  absl::string_view name() const override { return inner_->name(); }
+  rdma::TransportKind kind() const override { return inner_->kind(); }
   absl::StatusOr<std::unique_ptr<rdma::MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {
     return inner_->RegisterMemory(addr, length);

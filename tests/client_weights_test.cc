@@ -18,6 +18,7 @@
 #include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
 #include "store/store.h"
 #include "tests/safetensors_writer.h"
 

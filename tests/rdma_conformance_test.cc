@@ -26,6 +26,10 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
+#include "rdma/sim.h"
+#include "rdma/tcp.h"
+#include "rdma/verbs.h"
 #include "tests/verbs_test_util.h"
 
 namespace meshpool::rdma {
@@ -198,7 +202,7 @@ class HandshakeRouter : public Transport {
       const std::string& address, const std::string& request)>;
   HandshakeRouter(std::unique_ptr<Transport> inner, Route route)
       : inner_(std::move(inner)), route_(std::move(route)) {}
-  absl::string_view name() const override { return inner_->name(); }
+  TransportKind kind() const override { return inner_->kind(); }
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {
     return inner_->RegisterMemory(addr, length);

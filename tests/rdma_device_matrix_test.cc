@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "rdma/device_matrix.h"
 #include "rdma/rdma.h"
 
 namespace meshpool::rdma {

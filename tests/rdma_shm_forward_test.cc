@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm_wire.h"
+#include "rdma/tcp.h"
 #include "tests/shm_test_util.h"
 
 namespace meshpool::rdma::shm_testing {
@@ -28,7 +29,7 @@ class CountingTransport : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner)
       : inner_(std::move(inner)) {}
-  absl::string_view name() const override { return inner_->name(); }
+  TransportKind kind() const override { return inner_->kind(); }
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
       void* addr, size_t length) override {
     ++registrations;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 
 extern char** environ;
 

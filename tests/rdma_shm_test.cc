@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 #include "tests/shm_test_util.h"
 
 namespace meshpool::rdma::shm_testing {

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
 
 namespace meshpool::rdma {
 namespace {

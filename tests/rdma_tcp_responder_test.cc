@@ -1,8 +1,8 @@
 // The tcp responder against hostile peers: every malformed or forbidden
 // frame closes only that connection, leaves registered memory byte-identical,
 // and a well-behaved endpoint opened before keeps working.
-#include <fcntl.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/tcp.h"
 #include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma {

@@ -9,7 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 #include "rdma/verbs_handshake.h"
 
 namespace meshpool::rdma::internal {

@@ -18,7 +18,9 @@
 #include "absl/time/clock.h"
 #include "common/common.h"
 #include "gtest/gtest.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 #include "tests/verbs_test_util.h"
 #include "tests/verbs_vm_util.h"
 

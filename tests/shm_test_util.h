@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
 
 namespace meshpool::rdma::shm_testing {
 

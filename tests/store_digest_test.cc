@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
+#include "rdma/tcp.h"
 #include "store/node_service.h"
 #include "store/slab_manager.h"
 #include "store/store.h"

@@ -21,6 +21,8 @@
 #include "gtest/gtest.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
+#include "rdma/sim.h"
+#include "rdma/tcp.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 

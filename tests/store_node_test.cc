@@ -25,6 +25,9 @@
 #include "placement/region_layout.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
+#include "rdma/shm.h"
+#include "rdma/sim.h"
+#include "rdma/tcp.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 

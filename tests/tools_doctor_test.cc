@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "rdma/devices.h"
 #include "tests/shell_util.h"
 #include "tools/doctor.h"
 

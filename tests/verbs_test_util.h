@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
 
 namespace meshpool::testing {

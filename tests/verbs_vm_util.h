@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
 #include "tests/shell_util.h"
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/common.h"
+#include "rdma/devices.h"
 
 namespace meshpool::tools {
 namespace {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
 
 namespace meshpool::tools {

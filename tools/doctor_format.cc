@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/common.h"
 #include "common/json.h"
+#include "rdma/devices.h"
 #include "tools/doctor.h"
 
 namespace meshpool::tools {

@@ -16,7 +16,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "rdma/devices.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 #include "store/pool.h"
 #include "tools/doctor.h"
 

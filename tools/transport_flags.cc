@@ -9,6 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/common.h"
+#include "rdma/device_matrix.h"
+#include "rdma/devices.h"
+#include "rdma/tcp.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::tools {
 namespace {

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "meshpool/client.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 #include "tools/flags.h"
 
 namespace meshpool::tools {
