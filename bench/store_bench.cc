@@ -10,6 +10,7 @@
 #include "format/layout.h"
 #include "store/pool.h"
 #include "store/slab_manager.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 namespace {
@@ -57,10 +58,10 @@ void BM_SlabGrantRelease(benchmark::State& state) {
     state.SkipWithError("cannot lay out the pool");
     return;
   }
-  absl::Time now = absl::UnixEpoch();
+  testing::FakeEnv env(absl::UnixEpoch());  // time moves only by hand
   SlabManagerOptions options;
   options.layout = *layout;
-  options.clock = [&now] { return now; };
+  options.env = &env;
   auto slabs = SlabManager::Create(options, pool->data());
   if (!slabs.ok()) {
     state.SkipWithError("cannot create the slab manager");
@@ -72,7 +73,7 @@ void BM_SlabGrantRelease(benchmark::State& state) {
     if (!g.ok()) {  // every slab sealed: reclaim them all, untimed
       state.PauseTiming();
       m.Reclaim();
-      now += m.grace();
+      env.Advance(m.grace());
       m.Reclaim();
       state.ResumeTiming();
       g = m.Grant("bench");

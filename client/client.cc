@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
     const char* env = std::getenv("MESHPOOL_COORDINATOR");
     if (env == nullptr || *env == '\0') {
       return absl::InvalidArgumentError(
-          "no coordinator: pass --coordinator HOST:PORT or set "
+          "no coordinator: give ClientOptions.coordinator (HOST:PORT) or set "
           "MESHPOOL_COORDINATOR (`meshpool up` prints the address)");
     }
     options.coordinator = env;

@@ -254,7 +254,8 @@ absl::StatusOr<NodeConnection::Allocation> NodeConnection::Allocate(
     return absl::InvalidArgumentError(absl::StrCat(
         "object of ", bytes, " bytes exceeds the largest object ", Describe(),
         " holds (its slab size, ", layout_.slab_bytes,
-        " bytes); split the value or start nodes with a larger --slab-size"));
+        " bytes); split the value or start nodes with larger slabs "
+        "(NodeOptions.slab_bytes)"));
   }
   const absl::Time give_up = absl::Now() + options_.op_timeout;
   while (true) {

@@ -41,9 +41,9 @@ class WeightStore::Impl {
   absl::StatusOr<int> Index(absl::string_view name) const {
     auto it = by_name_.find(name);
     if (it == by_name_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "model ", info_.name, " has no tensor '", name,
-          "' (meshpool weights ls --model ", info_.name, " lists them)"));
+      return absl::NotFoundError(
+          absl::StrCat("model ", info_.name, " has no tensor '", name,
+                       "' (WeightStore::Tensors lists them)"));
     }
     return it->second;
   }
@@ -84,7 +84,7 @@ class WeightStore::Impl {
             " (bytes ", c * kWeightChunkBytes, "..",
             c * kWeightChunkBytes + len,
             ") does not match its digest; the model's memory was changed or "
-            "reused: reload it (meshpool weights load --replace)"));
+            "reused: reload it (LoadOptions.replace)"));
       }
     }
     if (!scratch.empty()) {

@@ -466,8 +466,8 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
     if (existing.ok()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "model ", model,
-          " is already loaded: pass --replace (LoadOptions."
-          "replace) to replace it, or remove it first (meshpool weights rm)"));
+          " is already loaded: set LoadOptions.replace to replace it, or "
+          "remove it first (RemoveModel)"));
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
   }
@@ -489,8 +489,8 @@ absl::StatusOr<ModelInfo> LoadSafetensors(Client& client,
     if (absl::IsAlreadyExists(s)) {
       return absl::AlreadyExistsError(
           absl::StrCat("model ", model,
-                       " was loaded by someone else meanwhile: pass "
-                       "--replace to replace it"));
+                       " was loaded by someone else meanwhile: set "
+                       "LoadOptions.replace to replace it"));
     }
     return s;
   }

@@ -42,17 +42,17 @@ std::string ReachableHost(const std::string& listen) {
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.state == nullptr) {
-    absl::Time now = options.clock ? options.clock() : absl::Now();
+    absl::Time now = EnvOrDefault(options.env)->Now();
     options.state = NewInMemoryCoordinatorState({}, FirstRegionIdAt(now));
   }
   if (options.region_nodes == nullptr) options.region_nodes = NewGrpcRegionNodes();
   // The region table shares the state Membership owns (and outlives it).
   CoordinatorState* const state = options.state.get();
   auto regions =
-      std::make_unique<RegionTable>(state, options.region_nodes.get(), options.clock);
+      std::make_unique<RegionTable>(state, options.region_nodes.get(), options.env);
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
-      Membership::Create(std::move(options.state), options.dead_after, options.clock));
+      Membership::Create(std::move(options.state), options.dead_after, options.env));
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(membership), std::move(options.region_nodes),
                       std::move(regions), options.heartbeat_interval / 2));

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/region_table.h"
 #include "placement/coordinator_client.h"
@@ -41,7 +42,9 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks one
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to nodes
   absl::Duration dead_after = absl::Seconds(3);  // no heartbeat this long -> NODE_DEAD
-  std::function<absl::Time()> clock;             // null -> absl::Now
+  // Clock (heartbeats, deaths, region stamps) and log sink; not owned,
+  // must outlive the coordinator. Null: Env::Default().
+  Env* env = nullptr;
   std::unique_ptr<CoordinatorState> state;       // null -> in-memory state
   // How the region table reaches memory nodes; null -> gRPC to each node's
   // control address (tests pass a fake).

@@ -67,24 +67,24 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
     std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-    std::function<absl::Time()> clock) {
+    Env* env) {
   if (state == nullptr) state = NewInMemoryCoordinatorState();
-  if (!clock) clock = [] { return absl::Now(); };
+  env = EnvOrDefault(env);
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state->Snapshot());
-  const int64_t start_ms = absl::ToUnixMillis(clock());
+  const int64_t start_ms = absl::ToUnixMillis(env->Now());
   return std::unique_ptr<Membership>(
-      new Membership(std::move(state), dead_after, std::move(clock), map.epoch(), start_ms));
+      new Membership(std::move(state), dead_after, env, map.epoch(), start_ms));
 }
 
 Membership::Membership(std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-                       std::function<absl::Time()> clock, uint64_t epoch, int64_t start_ms)
+                       Env* env, uint64_t epoch, int64_t start_ms)
     : state_(std::move(state)),
       dead_after_(dead_after),
-      clock_(std::move(clock)),
+      env_(env),
       start_ms_(start_ms),
       epoch_(epoch) {}
 
-int64_t Membership::NowMillis() const { return absl::ToUnixMillis(clock_()); }
+int64_t Membership::NowMillis() const { return absl::ToUnixMillis(env_->Now()); }
 
 absl::Status Membership::CheckRunning() const {
   if (!shut_down_) return absl::OkStatus();

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "proto/meshpool.pb.h"
 
@@ -28,12 +29,13 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info);
 
 class Membership {
  public:
-  // Takes ownership of `state`. `clock` must be callable from any thread.
+  // Takes ownership of `state`. `env` (null: Env::Default(); not owned,
+  // must outlive the membership) is its clock.
   // Unavailable when the state cannot be read. Nodes alive in `state` get a
   // grace period of dead_after from now before they can be declared dead.
   static absl::StatusOr<std::unique_ptr<Membership>> Create(
       std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-      std::function<absl::Time()> clock);
+      Env* env);
 
   // Validates (ValidateNodeInfo), assigns an id when info.node_id is empty,
   // stores the node NODE_ALIVE and bumps the epoch. Reply carries node_id
@@ -64,13 +66,13 @@ class Membership {
 
  private:
   Membership(std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-             std::function<absl::Time()> clock, uint64_t epoch, int64_t start_ms);
+             Env* env, uint64_t epoch, int64_t start_ms);
   int64_t NowMillis() const;
   absl::Status CheckRunning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<CoordinatorState> state_;
   const absl::Duration dead_after_;
-  const std::function<absl::Time()> clock_;
+  Env* const env_;
   const int64_t start_ms_;  // the grace period for nodes found in the state
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);

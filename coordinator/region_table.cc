@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 #include <thread>
 #include <utility>
 
@@ -53,20 +52,11 @@ std::string EncodeExtents(const std::vector<uint16_t>& per_stripe,
 
 }  // namespace
 
-RegionTable::RegionTable(CoordinatorState* state, RegionNodes* nodes,
-                         std::function<absl::Time()> clock,
-                         std::function<void(absl::string_view)> log)
-    : state_(state),
-      nodes_(nodes),
-      clock_(clock ? std::move(clock) : [] { return absl::Now(); }),
-      log_(std::move(log)) {}
+RegionTable::RegionTable(CoordinatorState* state, RegionNodes* nodes, Env* env)
+    : state_(state), nodes_(nodes), env_(EnvOrDefault(env)) {}
 
 void RegionTable::Log(absl::string_view message) const {
-  if (log_) {
-    log_(message);
-  } else {
-    std::cerr << "meshpool coordinator: " << message << "\n";
-  }
+  env_->Log("coordinator", message);
 }
 
 absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionRequest& request) {
@@ -230,7 +220,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
                                             layout.status().message(),
                                             "); this is a bug, please report it"));
   }
-  info.set_created_unix_ms(absl::ToUnixMillis(clock_()));
+  info.set_created_unix_ms(absl::ToUnixMillis(env_->Now()));
   return info;
 }
 

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "placement/region_layout.h"
 #include "proto/meshpool.pb.h"
@@ -85,12 +86,11 @@ std::unique_ptr<RegionNodes> NewGrpcRegionNodes();
 class RegionTable {
  public:
   // `state` and `nodes` are not owned and must outlive the table; the table
-  // reads the cluster map from `state`. `clock` (null: absl::Now) stamps
-  // created_unix_ms; `log` (null: stderr) receives what Delete cannot
-  // report (memory that could not be freed).
+  // reads the cluster map from `state`. `env` (null: Env::Default(); not
+  // owned, must outlive the table) stamps created_unix_ms and receives
+  // what Delete cannot report (memory that could not be freed).
   RegionTable(CoordinatorState* state, RegionNodes* nodes,
-              std::function<absl::Time()> clock = nullptr,
-              std::function<void(absl::string_view)> log = nullptr);
+              Env* env = nullptr);
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
 
@@ -148,8 +148,7 @@ class RegionTable {
 
   CoordinatorState* const state_;
   RegionNodes* const nodes_;
-  const std::function<absl::Time()> clock_;
-  const std::function<void(absl::string_view)> log_;
+  Env* const env_;
   // Serialises each read-decide-write sequence on the region table.
   mutable absl::Mutex mu_;
   std::set<std::string, std::less<>> creating_ ABSL_GUARDED_BY(mu_);

@@ -80,7 +80,7 @@ absl::StatusOr<uint64_t> PinAreaBytes(uint64_t pool_bytes,
     return absl::InvalidArgumentError(absl::StrCat(
         pin_sessions, " pin tables of ", pins_per_session,
         " entries do not fit a pool of ", pool_bytes,
-        " bytes; ask for fewer sessions or pins, or raise --capacity"));
+        " bytes; ask for fewer sessions or pins, or a larger pool"));
   }
   return entries * kPinEntryBytes;
 }
@@ -95,7 +95,7 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
   if (pool_bytes > kMaxPoolBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("pool of ", pool_bytes, " bytes exceeds the addressable ",
-                     kMaxPoolBytes, " bytes; use a smaller --capacity"));
+                     kMaxPoolBytes, " bytes; use a smaller pool"));
   }
   if (slab_bytes == 0) {
     // Fine slabs (1/64 of the pool) make eviction and reclamation
@@ -119,7 +119,7 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
   if (bucket_count > pool_bytes / kBucketBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "an index of ", bucket_count, " buckets does not fit a pool of ",
-        pool_bytes, " bytes; ask for fewer buckets or raise --capacity"));
+        pool_bytes, " bytes; ask for fewer buckets or a larger pool"));
   }
   MESHPOOL_ASSIGN_OR_RETURN(
       const uint64_t pin_bytes,
@@ -155,7 +155,7 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
         "a pool of ", pool_bytes, " bytes cannot hold an index of ",
         bucket_count, " buckets, ", pin_sessions, " pin tables of ",
         pins_per_session, " entries and two slabs of ", slab_bytes,
-        " bytes; raise --capacity or lower --slab-size"));
+        " bytes; use a larger pool or smaller slabs"));
   }
   return layout;
 }

@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     std::string address, absl::Duration timeout) {
   if (address.empty()) {
     return absl::InvalidArgumentError(
-        "no coordinator address; pass --coordinator host:port or set MESHPOOL_COORDINATOR");
+        "no coordinator address: give the coordinator's host:port");
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // control plane traffic is never proxied
@@ -148,8 +148,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the meshpool coordinator at ", address, " within ",
         absl::FormatDuration(timeout),
-        ": start one with `meshpool coordinator` and point --coordinator (or "
-        "MESHPOOL_COORDINATOR) at its host:port"));
+        ": start one with `meshpool coordinator` and give its host:port as the "
+        "coordinator address (or in MESHPOOL_COORDINATOR)"));
   }
   rpc->stub = proto::Coordinator::NewStub(rpc->channel);
   return std::unique_ptr<CoordinatorClient>(

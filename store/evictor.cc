@@ -18,7 +18,7 @@ absl::Status CheckWatermarks(double high, double low) {
         "NodeOptions.evict_low_watermark (", low,
         ") and evict_high_watermark (", high,
         ") must satisfy 0 < low < high <= 1 (fractions of the slabs), e.g. "
-        "--evict-low 0.8 --evict-high 0.9"));
+        "0.8 and 0.9"));
   }
   return absl::OkStatus();
 }
@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Evictor>> Evictor::Create(
     return absl::InvalidArgumentError(
         "EvictorOptions.reclaim_interval must be > 0");
   }
-  if (!options.clock) options.clock = [] { return absl::Now(); };
+  options.env = EnvOrDefault(options.env);
   return std::unique_ptr<Evictor>(
       new Evictor(std::move(options), slabs, pins, std::move(clearer), pool));
 }
@@ -64,7 +64,7 @@ void Evictor::Shutdown() {
 }
 
 double Evictor::SlabsPerRefill() {
-  const absl::Time now = options_.clock();
+  const absl::Time now = options_.env->Now();
   const uint64_t calls = grant_calls_.load(std::memory_order_relaxed);
   if (rate_since_ == absl::InfinitePast()) {
     rate_since_ = now;
@@ -265,7 +265,7 @@ absl::Status Evictor::Unlink(const std::vector<uint64_t>& slabs,
 
 absl::Duration Evictor::RetryHint(const EvictionView& view,
                                   bool evictable) const {
-  const absl::Time now = options_.clock();
+  const absl::Time now = options_.env->Now();
   const absl::Duration interval = options_.reclaim_interval;
   const absl::Duration grace = slabs_->grace();
   absl::Duration best = absl::InfiniteDuration();

@@ -49,6 +49,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "store/pin_tables.h"
 #include "store/slab_manager.h"
 #include "store/slot_clearer.h"
@@ -75,7 +76,7 @@ struct EvictorOptions {
   double low_watermark = kDefaultEvictLowWatermark;
   // How often the node's loop runs while busy (for GrantSlab's retry hint).
   absl::Duration reclaim_interval = absl::Milliseconds(200);
-  std::function<absl::Time()> clock;  // null -> absl::Now
+  Env* env = nullptr;  // clock (not owned; outlives this); null: Env::Default()
 };
 
 // InvalidArgument unless 0 < low < high <= 1 (named as NodeOptions fields).

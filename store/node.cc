@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iostream>
 #include <thread>
 #include <utility>
 
@@ -34,10 +33,6 @@ namespace {
 
 // Used when the coordinator's reply names no heartbeat interval.
 constexpr absl::Duration kDefaultHeartbeatInterval = absl::Seconds(1);
-
-void Log(absl::string_view message) {
-  std::cerr << "meshpool node: " << message << "\n";
-}
 
 uint64_t NewIncarnation() {
   absl::BitGen gen;
@@ -70,8 +65,8 @@ absl::StatusOr<std::string> Advertised(absl::string_view bound,
       return absl::InvalidArgumentError(absl::StrCat(
           "bound ", bound,
           " (all interfaces), which clients cannot dial; "
-          "pass --advertise HOST (NodeOptions.advertise_host) with this "
-          "machine's reachable address"));
+          "set NodeOptions.advertise_host to this machine's reachable "
+          "address"));
     }
     return std::string(bound);
   }
@@ -117,7 +112,7 @@ absl::Status CheckOptions(const NodeOptions& o) {
         "NodeOptions.session_lease is ", absl::FormatDuration(o.session_lease),
         "; give a duration in [1ms, ",
         absl::FormatDuration(absl::Milliseconds(kMaxSessionLeaseMs)),
-        "], e.g. 10s (--session-lease)"));
+        "], e.g. 10s"));
   }
   return CheckWatermarks(o.evict_high_watermark, o.evict_low_watermark);
 }
@@ -196,8 +191,11 @@ class NodeImpl {
   // How long the reclaim loop sleeps, backed off to `interval`: never past
   // the next session's lease end (at least reclaim_interval).
   absl::Duration NextWait(absl::Duration interval) const;
+  void Log(absl::string_view message) const {
+    options_.env->Log("node", message);
+  }
 
-  const NodeOptions options_;
+  const NodeOptions options_;  // env is never null
   const uint64_t incarnation_ = NewIncarnation();
   Pool pool_;
   std::unique_ptr<rdma::Transport> transport_;
@@ -230,6 +228,7 @@ class NodeImpl {
 absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
     NodeOptions options, std::unique_ptr<rdma::Transport> transport) {
   MESHPOOL_RETURN_IF_ERROR(CheckOptions(options));
+  options.env = EnvOrDefault(options.env);
   if (transport == nullptr) {
     return absl::InvalidArgumentError("Node::Start needs a transport");
   }
@@ -238,7 +237,9 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
       options.pin_sessions, options.pins_per_session);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("NodeOptions: ", layout.status().message()));
+        absl::StrCat("NodeOptions.capacity_bytes, slab_bytes, bucket_count, "
+                     "pin_sessions and pins_per_session: ",
+                     layout.status().message()));
   }
   // Faulted in now, so region creation and first writes (TCP and sim serve
   // them on the data path) never pay page faults. Verbs registration would
@@ -249,9 +250,10 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   MESHPOOL_ASSIGN_OR_RETURN(
       Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages,
                               /*populate=*/true, shared));
-  Log(absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
-                   PageKindName(pool.page_kind()),
-                   shared ? ", shared (memfd)" : "", ", faulted in"));
+  options.env->Log(
+      "node", absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
+                           PageKindName(pool.page_kind()),
+                           shared ? ", shared (memfd)" : "", ", faulted in"));
   std::unique_ptr<NodeImpl> node(
       new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
   WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);
@@ -267,7 +269,7 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   slab_options.layout = layout;
   slab_options.lease = options_.slab_lease;
   slab_options.max_read_lease = options_.max_read_lease;
-  slab_options.clock = options_.clock;
+  slab_options.env = options_.env;
   absl::StatusOr<std::unique_ptr<SlabManager>> slabs =
       SlabManager::Create(std::move(slab_options), pool_.data());
   if (!slabs.ok()) {
@@ -280,7 +282,7 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   pin_options.layout = layout;
   pin_options.incarnation = incarnation_;
   pin_options.lease = options_.session_lease;
-  pin_options.clock = options_.clock;
+  pin_options.env = options_.env;
   MESHPOOL_ASSIGN_OR_RETURN(
       pins_, PinTables::Create(std::move(pin_options), pool_.data()));
   MESHPOOL_ASSIGN_OR_RETURN(
@@ -353,8 +355,8 @@ absl::Status NodeImpl::StartEvictor(absl::string_view transport_address) {
     if (!loopback.ok()) {
       return absl::Status(loopback.status().code(),
                           absl::StrCat(loopback.status().message(),
-                                       "; or run without eviction (--no-evict, "
-                                       "NodeOptions.evict = false)"));
+                                       "; or run without eviction "
+                                       "(NodeOptions.evict = false)"));
     }
     clearer = *std::move(loopback);
   }
@@ -363,7 +365,7 @@ absl::Status NodeImpl::StartEvictor(absl::string_view transport_address) {
   evict_options.high_watermark = options_.evict_high_watermark;
   evict_options.low_watermark = options_.evict_low_watermark;
   evict_options.reclaim_interval = options_.reclaim_interval;
-  evict_options.clock = options_.clock;
+  evict_options.env = options_.env;
   MESHPOOL_ASSIGN_OR_RETURN(
       evictor_, Evictor::Create(std::move(evict_options), slabs_.get(),
                                 pins_.get(), std::move(clearer), pool_.data()));
@@ -421,7 +423,7 @@ void NodeImpl::Wake() {
 absl::Duration NodeImpl::NextWait(absl::Duration interval) const {
   const absl::Time next = pins_->next_expiry();
   if (next == absl::InfiniteFuture()) return interval;
-  const absl::Time now = options_.clock ? options_.clock() : absl::Now();
+  const absl::Time now = options_.env->Now();
   return std::clamp(next - now, options_.reclaim_interval, interval);
 }
 

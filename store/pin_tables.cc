@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<PinTables>> PinTables::Create(
         "; give a duration in [1ms, ",
         absl::FormatDuration(absl::Milliseconds(kMaxSessionLeaseMs)), "]"));
   }
-  if (!options.clock) options.clock = [] { return absl::Now(); };
+  options.env = EnvOrDefault(options.env);
   return std::unique_ptr<PinTables>(new PinTables(std::move(options), pool));
 }
 

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/env.h"
 #include "format/layout.h"
 #include "proto/meshpool.pb.h"
 #include "store/slab_manager.h"
@@ -59,7 +60,7 @@ struct PinTablesOptions {
   format::PoolLayout layout;  // where the pin area is
   uint64_t incarnation = 0;  // objects counted as pinned must name it
   absl::Duration lease = kDefaultSessionLease;
-  std::function<absl::Time()> clock;  // null -> absl::Now
+  Env* env = nullptr;  // clock (not owned; outlives this); null: Env::Default()
 };
 
 // What OpenSession answers.
@@ -141,7 +142,7 @@ class PinTables {
   };
 
   PinTables(PinTablesOptions options, char* pool);
-  absl::Time Now() const { return options_.clock(); }
+  absl::Time Now() const { return options_.env->Now(); }
   // The session named by (session, token) if open and within its lease;
   // one whose lease passed is ended first. NotFound otherwise.
   absl::StatusOr<Session*> FindLocked(uint32_t session, uint64_t token,

@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<SlabManager>> SlabManager::Create(
   MESHPOOL_RETURN_IF_ERROR(CheckLease("slab lease", options.lease));
   MESHPOOL_RETURN_IF_ERROR(
       CheckLease("max read lease", options.max_read_lease));
-  if (!options.clock) options.clock = [] { return absl::Now(); };
+  options.env = EnvOrDefault(options.env);
   return std::unique_ptr<SlabManager>(
       new SlabManager(std::move(options), static_cast<char*>(pool)));
 }
@@ -69,7 +69,7 @@ SlabManager::SlabManager(SlabManagerOptions options, char* pool)
   for (uint64_t s = 0; s < options_.layout.slab_count; ++s) free_.push_back(s);
 }
 
-absl::Time SlabManager::Now() const { return options_.clock(); }
+absl::Time SlabManager::Now() const { return options_.env->Now(); }
 
 std::atomic_ref<uint64_t> SlabManager::EvictingWord(uint64_t slab) const {
   static_assert(offsetof(format::SlabMeta, evicting) == 0);

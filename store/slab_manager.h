@@ -63,6 +63,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "format/layout.h"
 #include "format/protocol.h"
 
@@ -75,7 +76,7 @@ struct SlabManagerOptions {
   format::PoolLayout layout;
   absl::Duration lease = format::kDefaultSlabLease;  // told to clients
   absl::Duration max_read_lease = format::kDefaultMaxReadLease;
-  std::function<absl::Time()> clock;  // null -> absl::Now
+  Env* env = nullptr;  // clock (not owned; outlives this); null: Env::Default()
 };
 
 // A lease handed to a client.

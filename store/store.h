@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
 #include "store/slab_manager.h"
@@ -81,7 +82,10 @@ struct NodeOptions {
   // How long Start waits for the coordinator to answer.
   absl::Duration coordinator_timeout = absl::Seconds(3);
   bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB
-  std::function<absl::Time()> clock;  // null -> absl::Now (tests inject)
+  // The clock the node's leases, expiries and eviction run on, and where
+  // it logs what an operator should know (not owned; must outlive the
+  // node). Null: Env::Default() (real clock, log lines dropped).
+  Env* env = nullptr;
   // Called once, from a background thread, when the coordinator says it
   // declared this node dead. The node has then already stopped one-sided
   // access to its pool (its keys may have been rewritten elsewhere, so its

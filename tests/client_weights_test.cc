@@ -296,7 +296,8 @@ TEST_F(WeightsTest, ExistingModelNeedsReplaceAndReplaceSwapsTheWholeModel) {
   ASSERT_TRUE(LoadSafetensors(*client_, "m", {v1}, Striped()).ok());
   auto again = LoadSafetensors(*client_, "m", {v2}, Striped());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(absl::StrContains(again.status().message(), "--replace"));
+  EXPECT_TRUE(
+      absl::StrContains(again.status().message(), "LoadOptions.replace"));
   ExpectModelIs("m", seed_, true);
   LoadOptions replace = Striped();
   replace.replace = true;

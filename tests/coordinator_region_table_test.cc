@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/region_layout.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::coordinator {
 namespace {
@@ -175,9 +176,8 @@ class RegionTableTest : public ::testing::Test {
 
   std::unique_ptr<CoordinatorState> state_ = NewInMemoryCoordinatorState();
   FakeNodes nodes_;
-  std::vector<std::string> logged_;
-  RegionTable table_{state_.get(), &nodes_, [] { return absl::FromUnixMillis(1234); },
-                     [this](absl::string_view m) { logged_.emplace_back(m); }};
+  testing::FakeEnv env_{absl::FromUnixMillis(1234)};
+  RegionTable table_{state_.get(), &nodes_, &env_};
 };
 
 TEST_F(RegionTableTest, CreateGetListDelete) {
@@ -411,8 +411,8 @@ TEST_F(RegionTableTest, FreeFailuresAreLoggedNotReturned) {
   ASSERT_TRUE(table_.Create(Request("r", 30 * kMiB)).ok());
   nodes_.With("n2", [](FakeNodes::Node& n) { n.silent = true; });
   EXPECT_TRUE(table_.Delete("r").ok());
-  ASSERT_EQ(logged_.size(), 1u);
-  EXPECT_THAT(logged_[0], HasSubstr("n2"));
+  ASSERT_EQ(env_.logged().size(), 1u);
+  EXPECT_THAT(env_.logged()[0], HasSubstr("n2"));
   EXPECT_EQ(table_.Get("r").status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -1,6 +1,8 @@
 // The coordinator over real gRPC on 127.0.0.1: membership, failure
 // detection, watch streams, client errors. Time is a fake clock; deaths are
 // driven by advancing it and calling the reaper through the test peer.
+#include "coordinator/coordinator.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,12 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/coordinator_client.h"
 #include "placement/placement.h"
 #include "proto/proto.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::coordinator {
 
@@ -39,22 +41,6 @@ constexpr absl::Duration kDeadAfter = absl::Seconds(3);
 // So long that the background reaper never runs during a test: tests reap
 // through the peer instead.
 constexpr absl::Duration kQuietHeartbeat = absl::Hours(1);
-
-class FakeClock {
- public:
-  absl::Time Now() const {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1700000000);
-};
 
 proto::NodeInfo ValidNode(const std::string& id = "", uint64_t incarnation = 1) {
   proto::NodeInfo info;
@@ -132,7 +118,7 @@ class CoordinatorTest : public ::testing::Test {
     options.listen = std::move(listen);
     options.heartbeat_interval = heartbeat;
     options.dead_after = dead_after;
-    options.clock = [clock = &clock_] { return clock->Now(); };
+    options.env = &env_;
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Start(std::move(options));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -166,7 +152,7 @@ class CoordinatorTest : public ::testing::Test {
     return map.ok() ? *map : proto::ClusterMap();
   }
 
-  FakeClock clock_;
+  testing::FakeEnv env_;
   absl::Duration dead_after_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<placement::CoordinatorClient> client_;
@@ -190,7 +176,7 @@ TEST_F(CoordinatorTest, RegisterAssignsIdsAndBumpsEpoch) {
   for (const proto::NodeEntry& entry : map.nodes()) {
     EXPECT_EQ(entry.state(), proto::NODE_ALIVE) << entry.info().node_id();
     EXPECT_EQ(entry.info().transport_addresses(0), "tcp://127.0.0.1:7001");
-    EXPECT_EQ(entry.last_heartbeat_unix_ms(), absl::ToUnixMillis(clock_.Now()));
+    EXPECT_EQ(entry.last_heartbeat_unix_ms(), absl::ToUnixMillis(env_.Now()));
   }
   EXPECT_EQ(coordinator_->Map().SerializeAsString(), map.SerializeAsString());
 }
@@ -234,15 +220,15 @@ TEST_F(CoordinatorTest, HeartbeatFromUnknownOrStaleNodeIsNotKnown) {
 TEST_F(CoordinatorTest, SilentNodeIsDeclaredDead) {
   const std::string silent = Register(ValidNode()).node_id();
   const std::string chatty = Register(ValidNode()).node_id();
-  clock_.Advance(dead_after_ / 2);
+  env_.Advance(dead_after_ / 2);
   ASSERT_TRUE(Beat(chatty, 1).known());
-  clock_.Advance(dead_after_ / 2 - absl::Milliseconds(1));
+  env_.Advance(dead_after_ / 2 - absl::Milliseconds(1));
   absl::StatusOr<int> reaped = CoordinatorTestPeer::Reap(*coordinator_);
   ASSERT_TRUE(reaped.ok()) << reaped.status();
   EXPECT_EQ(*reaped, 0) << "one millisecond early";
   EXPECT_EQ(RemoteMap().epoch(), 2u);
 
-  clock_.Advance(absl::Milliseconds(1));
+  env_.Advance(absl::Milliseconds(1));
   reaped = CoordinatorTestPeer::Reap(*coordinator_);
   ASSERT_TRUE(reaped.ok()) << reaped.status();
   EXPECT_EQ(*reaped, 1);
@@ -267,7 +253,7 @@ TEST_F(CoordinatorTest, SilentNodeIsDeclaredDead) {
 
 TEST_F(CoordinatorTest, RestartedNodeReplacesItsEntry) {
   const std::string id = Register(ValidNode("", 1)).node_id();
-  clock_.Advance(dead_after_);
+  env_.Advance(dead_after_);
   ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
   ASSERT_EQ(FindEntry(RemoteMap(), id)->state(), proto::NODE_DEAD);
 
@@ -288,7 +274,7 @@ TEST_F(CoordinatorTest, RestartedNodeReplacesItsEntry) {
 TEST_F(CoordinatorTest, DeadIncarnationIsToldSoAndCannotRejoin) {
   const std::string id = Register(ValidNode("", 1)).node_id();
   EXPECT_FALSE(Beat(id, 1).declared_dead());
-  clock_.Advance(dead_after_);
+  env_.Advance(dead_after_);
   ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
   const proto::HeartbeatReply reply = Beat(id, 1);
   EXPECT_FALSE(reply.known());
@@ -350,9 +336,9 @@ TEST_F(CoordinatorTest, WatchSeesInitialMapJoinAndDeath) {
   EXPECT_EQ(joined.epoch(), 2u);
   ASSERT_NE(FindEntry(joined, second), nullptr);
 
-  clock_.Advance(dead_after_ / 2);
+  env_.Advance(dead_after_ / 2);
   ASSERT_TRUE(Beat(second, 1).known());
-  clock_.Advance(dead_after_ / 2);
+  env_.Advance(dead_after_ / 2);
   ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
   const proto::ClusterMap died = maps.AwaitEpoch(3);
   EXPECT_EQ(died.epoch(), 3u);
@@ -378,7 +364,7 @@ TEST_F(CoordinatorTest, BackgroundReaperDeclaresSilentNodeDead) {
   MapCollector maps;
   auto watch = client_->WatchClusterMap(1, maps.Callback());
   ASSERT_TRUE(watch.ok()) << watch.status();
-  clock_.Advance(kDeadAfter);  // the reaper thread notices on its own
+  env_.Advance(kDeadAfter);  // the reaper thread notices on its own
   const proto::ClusterMap died = maps.AwaitEpoch(2);
   ASSERT_NE(FindEntry(died, id), nullptr);
   EXPECT_EQ(FindEntry(died, id)->state(), proto::NODE_DEAD);
@@ -454,7 +440,7 @@ TEST(CoordinatorClientTest, ConnectWhereNothingListensIsUnavailable) {
   const std::string message(client.status().message());
   EXPECT_THAT(message, HasSubstr(address));
   EXPECT_THAT(message, HasSubstr("meshpool coordinator"));
-  EXPECT_THAT(message, HasSubstr("--coordinator"));
+  EXPECT_THAT(message, HasSubstr("coordinator address"));
   EXPECT_THAT(message, HasSubstr("MESHPOOL_COORDINATOR"));
 }
 

@@ -38,7 +38,7 @@ std::vector<char> Encode(absl::string_view key, absl::string_view value,
   return bytes;
 }
 
-TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
+TEST(FormatLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
   std::mt19937_64 rng(TestSeed());
   for (int i = 0; i < 100000; ++i) {
     uint8_t fingerprint = static_cast<uint8_t>(rng());
@@ -56,7 +56,7 @@ TEST(StoreLayout, SlotRoundTripsRandomFingerprintSizeAndOffset) {
   }
 }
 
-TEST(StoreLayout, SizeBoundIsTightForEveryObjectSizeUpTo4MiB) {
+TEST(FormatLayout, SizeBoundIsTightForEveryObjectSizeUpTo4MiB) {
   for (uint64_t size = 1; size <= (4u << 20); size += 61) {
     uint64_t bound = format::SlotSizeBound(size);
     ASSERT_TRUE(BoundIsTight(size, bound))
@@ -65,23 +65,23 @@ TEST(StoreLayout, SizeBoundIsTightForEveryObjectSizeUpTo4MiB) {
   }
 }
 
-TEST(StoreLayout, ComputeLayoutRejectsPoolTooSmallForIndexAndTwoSlabs) {
+TEST(FormatLayout, ComputeLayoutRejectsPoolTooSmallForIndexAndTwoSlabs) {
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(64 << 10);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(layout.status().message().find("capacity"), std::string::npos);
+  EXPECT_NE(layout.status().message().find("larger pool"), std::string::npos);
 }
 
-TEST(StoreLayout, ComputeLayoutRejectsUnalignedSlabSize) {
+TEST(FormatLayout, ComputeLayoutRejectsUnalignedSlabSize) {
   EXPECT_EQ(format::ComputeLayout(64 << 20, 4096 + 8).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreLayout, ComputeLayoutRejectsPoolBeyondSlotAddressing) {
+TEST(FormatLayout, ComputeLayoutRejectsPoolBeyondSlotAddressing) {
   EXPECT_EQ(format::ComputeLayout(format::kMaxPoolBytes + 1).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
+TEST(FormatLayout, DefaultLayoutPlacesIndexAfterSuperblockAndSlabsAfterIndex) {
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(256ull << 20);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->index_offset, format::kSuperblockBytes);
@@ -126,7 +126,7 @@ void ExpectAreasAlignedAndDisjoint(const format::PoolLayout& l) {
   EXPECT_EQ(l.pin_table(l.pin_sessions), areas[3].end);
 }
 
-TEST(StoreLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
+TEST(FormatLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
   for (uint64_t pool :
        {uint64_t{4} << 20, uint64_t{8} << 20, (uint64_t{12} << 20) + 4096 * 3,
         uint64_t{256} << 20, uint64_t{1} << 30, uint64_t{64} << 30}) {
@@ -149,7 +149,7 @@ TEST(StoreLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
   }
 }
 
-TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
+TEST(FormatLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
   absl::StatusOr<format::PoolLayout> small = format::ComputeLayout(8 << 20);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->pins_per_session, format::kMinPinsPerSession);
@@ -167,7 +167,7 @@ TEST(StoreLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
   ExpectAreasAlignedAndDisjoint(*chosen);
 }
 
-TEST(StoreLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
+TEST(FormatLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
   // Four 4 KiB slabs behind one page each of index, slab table, pin area.
   const uint64_t pool = format::kSuperblockBytes + 3 * 4096 + 4 * 4096;
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool, 4096, 16, 2, 16);
@@ -181,7 +181,7 @@ TEST(StoreLayout, SmallPoolWithSmallPinAreaStillLaysOut) {
   ExpectAreasAlignedAndDisjoint(*layout);
 }
 
-TEST(StoreLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
+TEST(FormatLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
   // 300 slabs need 4800 bytes of table: two pages.
   const uint64_t pool = format::kSuperblockBytes + 4096 + 2 * 4096 + 4096 + 300 * 4096;
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool, 4096, 16, 1, 16);
@@ -191,7 +191,7 @@ TEST(StoreLayout, SlabTableGrowsByPagesAsSlabsAreAdded) {
   ExpectAreasAlignedAndDisjoint(*layout);
 }
 
-TEST(StoreLayout, PinAreaThatCannotFitIsInvalidArgument) {
+TEST(FormatLayout, PinAreaThatCannotFitIsInvalidArgument) {
   absl::StatusOr<format::PoolLayout> layout =
       format::ComputeLayout(8 << 20, 0, 0, 1u << 20, 1u << 20);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
@@ -200,10 +200,10 @@ TEST(StoreLayout, PinAreaThatCannotFitIsInvalidArgument) {
   // Fits alone, but leaves no room for two slabs.
   layout = format::ComputeLayout(8 << 20, 1 << 20, 0, 64, 7000);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(layout.status().message().find("capacity"), std::string::npos);
+  EXPECT_NE(layout.status().message().find("larger pool"), std::string::npos);
 }
 
-TEST(StoreLayout, ObjectsOfEveryShapeVerify) {
+TEST(FormatLayout, ObjectsOfEveryShapeVerify) {
   std::mt19937_64 rng(TestSeed());
   const uint64_t incarnation = 0x1234;
   for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{1} << 20,
@@ -222,7 +222,7 @@ TEST(StoreLayout, ObjectsOfEveryShapeVerify) {
   }
 }
 
-TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
+TEST(FormatLayout, EveryFlippedByteOfSmallObjectIsCaught) {
   const std::string key = "flip-me";
   const std::string value = "a value of some length, 41 bytes long..!";
   const uint64_t incarnation = 99;
@@ -249,21 +249,21 @@ TEST(StoreLayout, EveryFlippedByteOfSmallObjectIsCaught) {
   }
 }
 
-TEST(StoreLayout, ObjectOfAnotherIncarnationIsAborted) {
+TEST(FormatLayout, ObjectOfAnotherIncarnationIsAborted) {
   std::vector<char> bytes = Encode("k", "v", 1);
   absl::string_view got;
   EXPECT_EQ(format::VerifyObject(bytes, "k", format::HashKey("k"), 2, &got).code(),
             absl::StatusCode::kAborted);
 }
 
-TEST(StoreLayout, DifferentKeyOfSameLengthIsNotFound) {
+TEST(FormatLayout, DifferentKeyOfSameLengthIsNotFound) {
   std::vector<char> bytes = Encode("key-a", "value", 1);
   absl::string_view got;
   EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-b"), 1, &got).code(),
             absl::StatusCode::kNotFound);
 }
 
-TEST(StoreLayout, SameHashButDifferentKeyBytesIsNotFound) {
+TEST(FormatLayout, SameHashButDifferentKeyBytesIsNotFound) {
   // A reader passing the stored key's hash with other bytes of equal length
   // (a 128-bit collision) still gets NotFound from the byte comparison.
   std::vector<char> bytes = Encode("key-a", "value", 1);
@@ -272,7 +272,7 @@ TEST(StoreLayout, SameHashButDifferentKeyBytesIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(StoreLayout, TruncatedReadIsOutOfRange) {
+TEST(FormatLayout, TruncatedReadIsOutOfRange) {
   std::string value(5000, 'x');
   std::vector<char> bytes = Encode("k", value, 1);
   absl::string_view got;
@@ -282,7 +282,7 @@ TEST(StoreLayout, TruncatedReadIsOutOfRange) {
             absl::StatusCode::kOutOfRange);
 }
 
-TEST(StoreLayout, BucketsForGivesTwoDistinctBucketsInRange) {
+TEST(FormatLayout, BucketsForGivesTwoDistinctBucketsInRange) {
   std::mt19937_64 rng(TestSeed());
   for (int i = 0; i < 10000; ++i) {
     uint64_t count = 2 + rng() % 5000;
@@ -294,7 +294,7 @@ TEST(StoreLayout, BucketsForGivesTwoDistinctBucketsInRange) {
   }
 }
 
-TEST(StoreLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
+TEST(FormatLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
   const std::string key = "gather";
   for (size_t size : {size_t{0}, size_t{13}, size_t{(1 << 20) + 5}}) {
     std::string value(size, 'g');

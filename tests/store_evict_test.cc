@@ -18,6 +18,7 @@
 #include "store/pin_tables.h"
 #include "store/slab_manager.h"
 #include "store/slot_clearer.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 namespace {
@@ -72,7 +73,7 @@ class EvictTest : public ::testing::Test {
     memory_.assign(layout_.pool_bytes / 8, 0);
     SlabManagerOptions slab_options;
     slab_options.layout = layout_;
-    slab_options.clock = [this] { return now_; };
+    slab_options.env = &env_;
     auto slabs = SlabManager::Create(slab_options, memory_.data());
     ASSERT_TRUE(slabs.ok()) << slabs.status();
     slabs_ = *std::move(slabs);
@@ -82,10 +83,7 @@ class EvictTest : public ::testing::Test {
     pin_options.lease = kSessionLease;
     // PinTables reads its clock as it starts reading the tables: the test
     // looks at the slab table at that moment.
-    pin_options.clock = [this] {
-      if (on_pin_clock_) on_pin_clock_();
-      return now_;
-    };
+    pin_options.env = &pin_env_;
     auto pins = PinTables::Create(pin_options, pool());
     ASSERT_TRUE(pins.ok()) << pins.status();
     pins_ = *std::move(pins);
@@ -95,7 +93,7 @@ class EvictTest : public ::testing::Test {
     options.enabled = enabled;
     options.high_watermark = high;
     options.low_watermark = low;
-    options.clock = [this] { return now_; };
+    options.env = &env_;
     auto evictor = Evictor::Create(options, slabs_.get(), pins_.get(),
                                    std::move(clearer), pool());
     ASSERT_TRUE(evictor.ok()) << evictor.status();
@@ -154,7 +152,7 @@ class EvictTest : public ::testing::Test {
   // Two reclamation passes a grace apart: unreferenced sealed slabs free.
   uint64_t ReclaimAfterGrace() {
     uint64_t freed = slabs_->Reclaim().freed;
-    now_ += slabs_->grace();
+    env_.Advance(slabs_->grace());
     return freed + slabs_->Reclaim().freed;
   }
 
@@ -164,9 +162,26 @@ class EvictTest : public ::testing::Test {
     std::memcpy(pool() + session.table_offset + entry * format::kPinEntryBytes,
                 &pin, sizeof(pin));
   }
-  uint64_t NowMs() const { return absl::ToUnixMillis(now_); }
+  uint64_t NowMs() const { return absl::ToUnixMillis(env_.Now()); }
 
-  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  std::function<void()> on_pin_clock_;
+  mutable testing::FakeEnv env_{absl::FromUnixSeconds(1'700'000'000)};
+  // The pin tables' clock: env_'s, after on_pin_clock_.
+  class PinEnv final : public Env {
+   public:
+    explicit PinEnv(EvictTest* test) : test_(test) {}
+    absl::Time Now() override {
+      if (test_->on_pin_clock_) test_->on_pin_clock_();
+      return test_->env_.Now();
+    }
+    void Log(absl::string_view source, absl::string_view message) override {
+      test_->env_.Log(source, message);
+    }
+
+   private:
+    EvictTest* const test_;
+  };
+  PinEnv pin_env_{this};  // before what reads it
   format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<SlabManager> slabs_;
@@ -174,7 +189,6 @@ class EvictTest : public ::testing::Test {
   MemoryClearer* clearer_ = nullptr;
   std::unique_ptr<Evictor> evictor_;
   int wakes_ = 0;
-  std::function<void()> on_pin_clock_;
   std::map<uint64_t, uint64_t> slot_slab_;  // published slot -> slab
   uint64_t next_slot_ = 0;
 };
@@ -369,7 +383,7 @@ TEST_F(EvictTest, PinsOfASessionPastItsLeaseDoNotProtectEvenBeforeExpiry) {
   absl::StatusOr<SessionGrant> session = pins_->Open("dead client");
   ASSERT_TRUE(session.ok()) << session.status();
   WritePin(*session, 0, ObjectOffset(order[0], 0), format::kPinForever);
-  now_ += kSessionLease;  // never renewed; ExpireStale has not run
+  env_.Advance(kSessionLease);  // never renewed; ExpireStale has not run
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.pinned, 0u);
   EXPECT_EQ(LiveSlotsBySlab().count(order[0]), 0u);
@@ -455,9 +469,10 @@ TEST_F(EvictTest,
   // pass has seen them unreferenced.
   EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(1400));
   slabs_->Reclaim();
-  now_ += absl::Milliseconds(500);  // half the grace: 500 ms + a pass left
+  env_.Advance(
+      absl::Milliseconds(500));  // half the grace: 500 ms + a pass left
   EXPECT_EQ(RetryAfter(evictor_->Grant("writer")), absl::Milliseconds(700));
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   slabs_->Reclaim();
   absl::StatusOr<SlabGrant> g = evictor_->Grant("writer");
   ASSERT_TRUE(g.ok()) << g.status();
@@ -467,7 +482,7 @@ TEST_F(EvictTest,
 
 TEST_F(EvictTest, FullPoolWithOnlyLeasedSlabsRetriesAfterTheLeasesEnd) {
   for (uint64_t i = 0; i < kSlabs; ++i) ASSERT_TRUE(slabs_->Grant("w").ok());
-  now_ += absl::Seconds(1);
+  env_.Advance(absl::Seconds(1));
   // Lease 10 s + margin 6 s from the grants, then evicted, seen, a grace.
   EXPECT_EQ(RetryAfter(evictor_->Grant("writer")),
             absl::Seconds(15) + absl::Milliseconds(1400));
@@ -559,7 +574,7 @@ TEST_F(EvictTest, SlotReplacedByAnotherObjectOfTheSameSlabIsClearedToo) {
   };
   MemoryClearer inner(pool());
   EvictorOptions options;
-  options.clock = [this] { return now_; };
+  options.env = &env_;
   auto evictor = Evictor::Create(
       options, slabs_.get(), pins_.get(),
       std::make_unique<SwappingClearer>(

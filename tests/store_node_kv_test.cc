@@ -25,6 +25,7 @@
 #include "rdma/tcp.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 namespace {
@@ -32,18 +33,6 @@ namespace {
 constexpr absl::Duration kPatience = absl::Seconds(20);
 constexpr uint64_t kSlabBytes = 64 << 10;
 constexpr uint64_t kValueBytes = 1000;
-
-class FakeClock {
- public:
-  absl::Time Now() const { return absl::FromUnixNanos(nanos_.load()); }
-  void Advance(absl::Duration d) { nanos_ += absl::ToInt64Nanoseconds(d); }
-  std::function<absl::Time()> AsFunction() {
-    return [this] { return Now(); };
-  }
-
- private:
-  std::atomic<int64_t> nanos_{int64_t{1'700'000'000} * 1'000'000'000};
-};
 
 template <typename F>
 bool Eventually(F done) {
@@ -138,7 +127,7 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     o.pins_per_session = 64;
     o.huge_pages = false;
     o.coordinator_timeout = absl::Seconds(1);
-    o.clock = clock_.AsFunction();
+    o.env = &env_;
     o.reclaim_interval = absl::Milliseconds(5);
     return o;
   }
@@ -249,7 +238,7 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     *offset = g->offset();
   }
 
-  FakeClock clock_;
+  testing::FakeEnv env_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::shared_ptr<rdma::SimFabric> fabric_;
   std::unique_ptr<rdma::Transport> client_transport_;
@@ -313,7 +302,7 @@ TEST_P(NodeKvTest, FullPoolEvictsUnpinnedSlabsThroughItsOwnTransport) {
     again = Grant();
     EXPECT_TRUE(again.ok()) << again.status();
     if (!again.ok() || again->retry_after_ms() == 0) return true;
-    clock_.Advance(grace / 8);
+    env_.Advance(grace / 8);
     return false;
   }));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -355,7 +344,7 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
                                              format::kPinEntryBytes);
   EXPECT_EQ(a->pin_entries(), 64u);
   EXPECT_EQ(a->lease_ms(), 10000u);
-  EXPECT_EQ(a->node_clock_ms(), uint64_t(absl::ToUnixMillis(clock_.Now())));
+  EXPECT_EQ(a->node_clock_ms(), uint64_t(absl::ToUnixMillis(env_.Now())));
   ASSERT_TRUE(Renew(*a, 40).ok());
   ASSERT_TRUE(Close(*b).ok());
   EXPECT_EQ(Close(*b).code(), absl::StatusCode::kNotFound);
@@ -371,7 +360,7 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
   EXPECT_EQ(node_->Stats().sessions_size(), 1);
   // The client dies: no more renewals. One lease later the node has ended
   // the session on its own and zeroed its table.
-  clock_.Advance(absl::Seconds(10));
+  env_.Advance(absl::Seconds(10));
   ASSERT_TRUE(Eventually([&] { return node_->Stats().sessions_size() == 0; }));
   absl::StatusOr<std::string> table =
       remote_->Read(a->pin_table_offset(), 64 * format::kPinEntryBytes);

@@ -30,6 +30,7 @@
 #include "rdma/tcp.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 namespace {
@@ -38,19 +39,6 @@ constexpr uint64_t kCapacity = 64ull << 20;
 // Bounds every wait on a background thread's progress; only a failure waits
 // this long.
 constexpr absl::Duration kPatience = absl::Seconds(20);
-
-// A clock tests move by hand; read from the node's threads.
-class FakeClock {
- public:
-  absl::Time Now() const { return absl::FromUnixNanos(nanos_.load()); }
-  void Advance(absl::Duration d) { nanos_ += absl::ToInt64Nanoseconds(d); }
-  std::function<absl::Time()> AsFunction() {
-    return [this] { return Now(); };
-  }
-
- private:
-  std::atomic<int64_t> nanos_{int64_t{1'000'000'000} * 1'000'000'000};
-};
 
 // Polls `done` until it holds or kPatience passes.
 template <typename F>
@@ -229,9 +217,9 @@ TEST_F(NodeTest, GrantSlabNamingAnotherIncarnationIsFailedPrecondition) {
 }
 
 TEST_F(NodeTest, ReleasedSlabIsReclaimedInTheBackgroundAfterGrace) {
-  FakeClock clock;
+  testing::FakeEnv env;
   NodeOptions options = BaseOptions(coordinator_->address());
-  options.clock = clock.AsFunction();
+  options.env = &env;
   options.reclaim_interval = absl::Milliseconds(5);
   absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
   ASSERT_TRUE(node.ok()) << node.status();
@@ -251,7 +239,7 @@ TEST_F(NodeTest, ReleasedSlabIsReclaimedInTheBackgroundAfterGrace) {
   const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   ASSERT_TRUE(Eventually([&] {
     if ((*node)->Stats().slabs_reclaimed() == 1) return true;
-    clock.Advance(grace / 4);
+    env.Advance(grace / 4);
     return false;
   }));
   proto::NodeStats stats = (*node)->Stats();
@@ -283,9 +271,9 @@ absl::StatusOr<uint64_t> CompareSwap(rdma::Transport& transport,
 }
 
 TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
-  FakeClock clock;
+  testing::FakeEnv env;
   NodeOptions options = BaseOptions(coordinator_->address());
-  options.clock = clock.AsFunction();
+  options.env = &env;
   options.reclaim_interval = absl::Milliseconds(5);
   absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
   ASSERT_TRUE(node.ok()) << node.status();
@@ -304,7 +292,7 @@ TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
   ASSERT_TRUE(old.ok()) << old.status();
   ASSERT_EQ(*old, 0u);
   // The lease runs out (node side: lease + margin) and a pass sees the slot.
-  clock.Advance(options.slab_lease + format::kLeaseMargin);
+  env.Advance(options.slab_lease + format::kLeaseMargin);
   ASSERT_TRUE(Eventually([&] {
     proto::NodeStats s = (*node)->Stats();
     return s.objects() == 1 && s.slabs_sealed() == 1;
@@ -317,7 +305,7 @@ TEST_F(NodeTest, SlabStaysSealedWhileASlotPointsIntoItAndIsFreedAfterDelete) {
   const absl::Duration grace = options.max_read_lease + format::kReclaimMargin;
   ASSERT_TRUE(Eventually([&] {
     if ((*node)->Stats().slabs_reclaimed() == 1) return true;
-    clock.Advance(grace / 4);
+    env.Advance(grace / 4);
     return false;
   }));
   EXPECT_EQ((*node)->Stats().objects(), 0u);
@@ -434,7 +422,8 @@ TEST_F(NodeTest, WildcardBindWithoutAdvertiseIsInvalidArgument) {
   options.control_listen = "0.0.0.0:0";
   absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
   EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(node.status().message().find("--advertise"), std::string::npos)
+  EXPECT_NE(node.status().message().find("NodeOptions.advertise_host"),
+            std::string::npos)
       << node.status();
 }
 
@@ -550,9 +539,9 @@ absl::StatusOr<std::string> ReadPool(rdma::Transport& transport,
 }
 
 TEST_F(NodeTest, CoordinatorCreatesRegionOnNodesAndDeleteReturnsTheSlabs) {
-  FakeClock clock;
+  testing::FakeEnv env;
   NodeOptions options = BaseOptions(coordinator_->address());
-  options.clock = clock.AsFunction();
+  options.env = &env;
   options.reclaim_interval = absl::Milliseconds(5);
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < 2; ++i) {
@@ -622,7 +611,7 @@ TEST_F(NodeTest, CoordinatorCreatesRegionOnNodesAndDeleteReturnsTheSlabs) {
     uint64_t reclaimed = 0;
     for (const auto& n : nodes) reclaimed += n->Stats().slabs_reclaimed();
     if (reclaimed == region_slabs) return true;
-    clock.Advance(grace / 4);
+    env.Advance(grace / 4);
     return false;
   }));
   for (const auto& n : nodes) {
@@ -661,11 +650,11 @@ TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
   // dead_after makes the reaper declare the node dead, unless a heartbeat
   // lands first; so the test keeps jumping until the node learns it was
   // declared dead (the 30 s bound is a failure bound, not a sync point).
-  std::atomic<int64_t> now_ns{absl::ToUnixNanos(absl::Now())};
+  testing::FakeEnv coordinator_env(absl::Now());
   coordinator::CoordinatorOptions coptions;
   coptions.heartbeat_interval = absl::Milliseconds(20);
   coptions.dead_after = absl::Seconds(1);
-  coptions.clock = [&now_ns] { return absl::FromUnixNanos(now_ns.load()); };
+  coptions.env = &coordinator_env;
   auto coordinator = coordinator::Coordinator::Start(std::move(coptions));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   absl::Notification fenced;
@@ -694,7 +683,7 @@ TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
   absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (!fenced.WaitForNotificationWithTimeout(absl::Milliseconds(50)) &&
          absl::Now() < give_up) {
-    now_ns += absl::ToInt64Nanoseconds(absl::Seconds(2));
+    coordinator_env.Advance(absl::Seconds(2));
   }
   ASSERT_TRUE(fenced.HasBeenNotified())
       << "the node never learned it was declared dead";

@@ -9,6 +9,7 @@
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "store/pin_tables.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 namespace {
@@ -31,7 +32,7 @@ class SessionTest : public ::testing::Test {
     options.layout = layout_;
     options.incarnation = kIncarnation;
     options.lease = kLease;
-    options.clock = [this] { return now_; };
+    options.env = &env_;
     absl::StatusOr<std::unique_ptr<PinTables>> pins =
         PinTables::Create(options, pool());
     ASSERT_TRUE(pins.ok()) << pins.status();
@@ -39,7 +40,7 @@ class SessionTest : public ::testing::Test {
   }
 
   char* pool() { return reinterpret_cast<char*>(memory_.data()); }
-  uint64_t NowMs() const { return absl::ToUnixMillis(now_); }
+  uint64_t NowMs() const { return absl::ToUnixMillis(env_.Now()); }
 
   void WritePin(const SessionGrant& s, uint64_t entry, uint64_t offset,
                 uint64_t expiry_ms) {
@@ -67,7 +68,7 @@ class SessionTest : public ::testing::Test {
     return s.ok() ? *s : SessionGrant{};
   }
 
-  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  mutable testing::FakeEnv env_{absl::FromUnixSeconds(1'700'000'000)};
   format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<PinTables> pins_;
@@ -96,7 +97,7 @@ TEST_F(SessionTest, OpenAnswersItsTableTokenLeaseAndClock) {
   EXPECT_NE(t.session, s.session);
   EXPECT_NE(t.token, s.token);
   EXPECT_EQ(pins_->open_sessions(), 2u);
-  EXPECT_EQ(pins_->next_expiry(), now_ + kLease);
+  EXPECT_EQ(pins_->next_expiry(), env_.Now() + kLease);
 }
 
 TEST_F(SessionTest, EmptyClientIdIsInvalidArgument) {
@@ -106,12 +107,12 @@ TEST_F(SessionTest, EmptyClientIdIsInvalidArgument) {
 
 TEST_F(SessionTest, RenewExtendsTheLeaseAndCloseEndsTheSession) {
   SessionGrant s = Open("c");
-  now_ += kLease * 3 / 4;
+  env_.Advance(kLease * 3 / 4);
   absl::StatusOr<uint64_t> clock =
       pins_->Renew(s.session, s.token, Stats(1, 1));
   ASSERT_TRUE(clock.ok()) << clock.status();
   EXPECT_EQ(*clock, NowMs());
-  now_ += kLease * 3 / 4;  // 1.5 leases after open, 0.75 after renewal
+  env_.Advance(kLease * 3 / 4);  // 1.5 leases after open, 0.75 after renewal
   EXPECT_EQ(pins_->ExpireStale(), 0u);
   ASSERT_TRUE(pins_->Renew(s.session, s.token, Stats(2, 2)).ok());
   ASSERT_TRUE(pins_->Close(s.session, s.token, Stats(3, 3)).ok());
@@ -150,7 +151,7 @@ TEST_F(SessionTest,
   // Freed tables rest first (a dead client's late WRITE lands meanwhile).
   EXPECT_EQ(pins_->Open("too soon").status().code(),
             absl::StatusCode::kResourceExhausted);
-  now_ += kPinTableQuarantine;
+  env_.Advance(kPinTableQuarantine);
   // The table freed first comes back first.
   EXPECT_EQ(Open("d").session, open[2].session);
   EXPECT_EQ(Open("e").session, open[0].session);
@@ -161,7 +162,7 @@ TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
   ASSERT_TRUE(pins_->Close(s.session, s.token, {}).ok());
   // A late WRITE from the closed session, while the table rests.
   WritePin(s, 1, layout_.slab_offset(1), format::kPinForever);
-  now_ += kPinTableQuarantine;
+  env_.Advance(kPinTableQuarantine);
   for (uint32_t i = 0; i < kSessions; ++i) {
     SessionGrant again = Open("next");
     if (again.session == s.session) EXPECT_TRUE(TableIsZero(again));
@@ -184,9 +185,9 @@ TEST_F(SessionTest, ExpiredSessionStopsProtectingAndItsTableIsZeroed) {
   WritePin(other, 0, layout_.slab_offset(2), format::kPinForever);
   const std::vector<uint64_t> slabs = {1, 2};
   EXPECT_EQ(pins_->PinnedSlabs(slabs), (std::vector<bool>{true, true}));
-  now_ += kLease / 2;
+  env_.Advance(kLease / 2);
   ASSERT_TRUE(pins_->Renew(other.session, other.token, {}).ok());
-  now_ += kLease / 2;  // `dies` never renewed: its lease just passed
+  env_.Advance(kLease / 2);  // `dies` never renewed: its lease just passed
   // Its pins no longer count, even before the node expires it.
   EXPECT_EQ(pins_->PinnedSlabs(slabs), (std::vector<bool>{false, true}));
   EXPECT_FALSE(TableIsZero(s));
@@ -201,7 +202,7 @@ TEST_F(SessionTest, ExpiredSessionStopsProtectingAndItsTableIsZeroed) {
 TEST_F(SessionTest, RenewAfterTheLeasePassedIsNotFoundAndEndsTheSession) {
   SessionGrant s = Open("late");
   WritePin(s, 0, layout_.slab_offset(0), format::kPinForever);
-  now_ += kLease;
+  env_.Advance(kLease);
   absl::Status late = pins_->Renew(s.session, s.token, {}).status();
   EXPECT_EQ(late.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(late.message().find("expired"), std::string::npos);
@@ -219,7 +220,7 @@ TEST_F(SessionTest, PinnedSlabsCountsHardAndUnexpiredPinsOnly) {
   WritePin(s, 5, layout_.index_offset, format::kPinForever);  // not in a slab
   EXPECT_EQ(pins_->PinnedSlabs({0, 1, 2, 3}),
             (std::vector<bool>{true, true, false, false}));
-  now_ += absl::Milliseconds(1);  // the TTL pin lapses too
+  env_.Advance(absl::Milliseconds(1));  // the TTL pin lapses too
   EXPECT_EQ(pins_->PinnedSlabs({3, 1, 0}),
             (std::vector<bool>{false, false, true}));
   EXPECT_EQ(pins_->PinnedSlabs({}), std::vector<bool>{});
@@ -272,9 +273,9 @@ TEST_F(SessionTest, ClientTotalsIncludeClosedAndExpiredSessions) {
   ASSERT_TRUE(pins_->Renew(b.session, b.token, Stats(10, 0)).ok());
   ASSERT_TRUE(pins_->Close(b.session, b.token, Stats(11, 4)).ok());
   ASSERT_TRUE(pins_->Renew(c.session, c.token, Stats(100, 0)).ok());
-  now_ += kLease / 2;
+  env_.Advance(kLease / 2);
   ASSERT_TRUE(pins_->Renew(a.session, a.token, Stats(7, 2)).ok());
-  now_ += kLease / 2;
+  env_.Advance(kLease / 2);
   ASSERT_EQ(pins_->ExpireStale(), 1u);  // c
   proto::NodeStats stats;
   pins_->FillStats(&stats);

@@ -7,6 +7,7 @@
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "store/slab_manager.h"
+#include "tests/fake_env.h"
 
 namespace meshpool::store {
 
@@ -45,7 +46,7 @@ class SlabTest : public ::testing::Test {
     options.layout = layout_;
     options.lease = kLease;
     options.max_read_lease = kReadLease;
-    options.clock = [this] { return now_; };
+    options.env = &env_;
     absl::StatusOr<std::unique_ptr<SlabManager>> m =
         SlabManager::Create(options, memory_.data());
     ASSERT_TRUE(m.ok()) << m.status();
@@ -72,7 +73,7 @@ class SlabTest : public ::testing::Test {
 
   void DirtyEverySlab();
 
-  absl::Time now_ = absl::FromUnixSeconds(1000000);
+  mutable testing::FakeEnv env_{absl::FromUnixSeconds(1000000)};
   format::PoolLayout layout_;
   std::vector<uint64_t> memory_;
   std::unique_ptr<SlabManager> slabs_;
@@ -97,7 +98,7 @@ TEST_F(SlabTest, GrantedSlabIsNeverReclaimedEvenUnreferenced) {
   ASSERT_TRUE(g.ok());
   for (int i = 0; i < 5; ++i) {
     slabs_->Reclaim();
-    now_ += absl::Seconds(1);  // within lease (10 s) + margin
+    env_.Advance(absl::Seconds(1));  // within lease (10 s) + margin
   }
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kGranted);
   EXPECT_EQ(slabs_->Counts().reclaimed, 0u);
@@ -106,10 +107,11 @@ TEST_F(SlabTest, GrantedSlabIsNeverReclaimedEvenUnreferenced) {
 TEST_F(SlabTest, LeaseExpirySealsOnlyAfterTheNodeSideMargin) {
   absl::StatusOr<SlabGrant> g = slabs_->Grant("c");
   ASSERT_TRUE(g.ok());
-  now_ += kLease;  // the client's lease is over; the node waits kLeaseMargin
+  env_.Advance(
+      kLease);  // the client's lease is over; the node waits kLeaseMargin
   slabs_->Reclaim();
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kGranted);
-  now_ += format::kLeaseMargin;
+  env_.Advance(format::kLeaseMargin);
   slabs_->Reclaim();
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kSealed);
 }
@@ -139,7 +141,7 @@ TEST_F(SlabTest, SealedSlabWithLiveReferenceIsNeverReclaimed) {
     ReclaimPass pass = slabs_->Reclaim();
     EXPECT_EQ(pass.occupied_slots, 1u);
     EXPECT_EQ(pass.freed, 0u);
-    now_ += slabs_->grace();
+    env_.Advance(slabs_->grace());
   }
   EXPECT_EQ(slabs_->state(slab), SlabState::kSealed);
   EXPECT_EQ(slabs_->Counts().objects, 1u);
@@ -148,10 +150,10 @@ TEST_F(SlabTest, SealedSlabWithLiveReferenceIsNeverReclaimed) {
 TEST_F(SlabTest, UnreferencedSealedSlabIsFreedOnlyAfterGrace) {
   uint64_t slab = GrantAndRelease();
   EXPECT_EQ(slabs_->Reclaim().candidates, 1u);  // first look: candidate
-  now_ += slabs_->grace() - absl::Milliseconds(1);
+  env_.Advance(slabs_->grace() - absl::Milliseconds(1));
   EXPECT_EQ(slabs_->Reclaim().freed, 0u);
   EXPECT_EQ(slabs_->state(slab), SlabState::kSealed);
-  now_ += absl::Milliseconds(1);
+  env_.Advance(absl::Milliseconds(1));
   EXPECT_EQ(slabs_->Reclaim().freed, 1u);
   EXPECT_EQ(slabs_->state(slab), SlabState::kFree);
   EXPECT_EQ(slabs_->Counts().reclaimed, 1u);
@@ -162,14 +164,14 @@ TEST_F(SlabTest, ReferenceSeenAtSecondLookRestartsTheGrace) {
   slabs_->Reclaim();  // candidate, unreferenced
   // A slot pointing into the slab shows up (e.g. a CAS that landed late).
   Publish(0, layout_.slab_offset(slab));
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   EXPECT_EQ(slabs_->Reclaim().freed, 0u);
   EXPECT_EQ(slabs_->state(slab), SlabState::kSealed);
   // Deleted again: the grace starts over from this pass.
   Unpublish(0);
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   EXPECT_EQ(slabs_->Reclaim().freed, 0u);
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   EXPECT_EQ(slabs_->Reclaim().freed, 1u);
   EXPECT_EQ(slabs_->state(slab), SlabState::kFree);
 }
@@ -180,7 +182,7 @@ TEST_F(SlabTest, ReclaimedSlabCanBeGrantedAgain) {
             absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(slabs_->Release("c", 2).ok());
   slabs_->Reclaim();
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   ASSERT_EQ(slabs_->Reclaim().freed, 1u);
   absl::StatusOr<SlabGrant> g = slabs_->Grant("d");
   ASSERT_TRUE(g.ok()) << g.status();
@@ -229,7 +231,7 @@ void SlabTest::DirtyEverySlab() {
     Scribble(memory_, layout_, GrantAndRelease());
   }
   slabs_->Reclaim();
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   ASSERT_EQ(slabs_->Reclaim().freed, kSlabs);
 }
 
@@ -265,7 +267,7 @@ TEST_F(SlabTest, RegionSlabsOutliveLeasesAndReclamation) {
     ReclaimPass pass = slabs_->Reclaim();
     EXPECT_EQ(pass.freed, 0u);
     EXPECT_EQ(pass.candidates, 0u);
-    now_ += kLease + format::kLeaseMargin + slabs_->grace();
+    env_.Advance(kLease + format::kLeaseMargin + slabs_->grace());
   }
   EXPECT_EQ(slabs_->state(slab), SlabState::kRegion);
 }
@@ -278,9 +280,9 @@ TEST_F(SlabTest, FreedRegionSlabsAreReclaimedAfterTheGrace) {
     EXPECT_EQ(slabs_->state(slab), SlabState::kSealed);
   EXPECT_EQ(slabs_->Counts().regions_freed, 1u);
   EXPECT_EQ(slabs_->Reclaim().candidates, 3u);  // first look
-  now_ += slabs_->grace() - absl::Milliseconds(1);
+  env_.Advance(slabs_->grace() - absl::Milliseconds(1));
   EXPECT_EQ(slabs_->Reclaim().freed, 0u);  // a reader may still be in flight
-  now_ += absl::Milliseconds(1);
+  env_.Advance(absl::Milliseconds(1));
   EXPECT_EQ(slabs_->Reclaim().freed, 3u);
   for (uint64_t slab : *taken) EXPECT_EQ(slabs_->state(slab), SlabState::kFree);
   SlabCounts c = slabs_->Counts();
@@ -302,9 +304,9 @@ TEST_F(SlabTest, RegionFreedWhileBeingZeroedIsSealedOnlyAfterZeroing) {
   // The coordinator gave up (deadline) and frees the region while the node
   // still clears it: the slabs must stay out of reclamation's reach.
   EXPECT_EQ(slabs_->FreeRegion(7), 2u);
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   slabs_->Reclaim();
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   EXPECT_EQ(slabs_->Reclaim().freed, 0u);
   for (uint64_t slab : *taken)
     EXPECT_EQ(slabs_->state(slab), SlabState::kRegion);
@@ -313,7 +315,7 @@ TEST_F(SlabTest, RegionFreedWhileBeingZeroedIsSealedOnlyAfterZeroing) {
   for (uint64_t slab : *taken)
     EXPECT_EQ(slabs_->state(slab), SlabState::kSealed);
   slabs_->Reclaim();
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   EXPECT_EQ(slabs_->Reclaim().freed, 2u);
   EXPECT_EQ(slabs_->Counts().free, kSlabs);
 }
@@ -326,7 +328,7 @@ TEST_F(SlabTest, ReusedSlabsAreZeroFilledWhenARegionGetsThem) {
   Scribble(memory_, layout_, (*old)[0]);
   slabs_->FreeRegion(5);
   slabs_->Reclaim();
-  now_ += slabs_->grace();
+  env_.Advance(slabs_->grace());
   ASSERT_EQ(slabs_->Reclaim().freed, 3u);
   ASSERT_EQ(slabs_->Counts().zeroed_bytes, 0u);  // region 5's slab was fresh
   absl::StatusOr<std::vector<uint64_t>> taken =

@@ -49,7 +49,7 @@ int RunPin(int argc, char** argv) {
     if (pinned[i].ok()) continue;
     ++failed;
     std::fprintf(stderr, "meshpool pin: %s: %s\n", std::string(keys[i]).c_str(),
-                 pinned[i].ToString().c_str());
+                 ForCommandLine(pinned[i].ToString()).c_str());
   }
   std::printf("pinned %zu of %zu keys\n", keys.size() - failed, keys.size());
   std::fflush(stdout);

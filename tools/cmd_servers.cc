@@ -18,6 +18,7 @@
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/local_cluster.h"
+#include "tools/stderr_env.h"
 #include "tools/transport_flags.h"
 #include "tools/workload.h"
 
@@ -25,7 +26,7 @@ namespace meshpool::tools {
 
 int Fail(const char* command, const absl::Status& status) {
   std::fprintf(stderr, "meshpool %s: %s\n", command,
-               std::string(status.message()).c_str());
+               ForCommandLine(status.message()).c_str());
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -48,6 +49,7 @@ int RunCoordinator(int argc, char** argv) {
   flags.Define("dead-after", "3s", "declare a silent node dead after this");
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
+  options.env = StderrEnv();
   options.listen = flags.Get("listen");
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
@@ -147,6 +149,7 @@ int RunNode(int argc, char** argv) {
   DefineEvictionFlags(flags);
   if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
+  options.env = StderrEnv();
   if (absl::Status s = EvictionFromFlags(flags, &options); !s.ok()) {
     return Fail("node", s);
   }

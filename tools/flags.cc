@@ -1,13 +1,44 @@
 #include "tools/flags.h"
 
 #include <cstdlib>
+#include <iterator>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "common/common.h"
 
 namespace meshpool::tools {
+
+std::string ForCommandLine(absl::string_view message) {
+  // Longest first: "NodeOptions.evict = false" before "NodeOptions.evict".
+  static constexpr std::pair<absl::string_view, absl::string_view> kFlags[] = {
+      {"NodeOptions.capacity_bytes, slab_bytes, bucket_count, pin_sessions "
+       "and pins_per_session",
+       "--capacity, --slab-size and --index-buckets"},
+      {"NodeOptions.evict_low_watermark", "--evict-low"},
+      {"NodeOptions.evict_high_watermark", "--evict-high"},
+      {"evict_high_watermark", "--evict-high"},
+      {"NodeOptions.evict = false", "--no-evict"},
+      {"NodeOptions.advertise_host", "--advertise HOST"},
+      {"NodeOptions.session_lease", "--session-lease"},
+      {"NodeOptions.max_read_lease", "--read-lease"},
+      {"NodeOptions.slab_lease", "--slab-lease"},
+      {"NodeOptions.slab_bytes", "--slab-size"},
+      {"NodeOptions.capacity_bytes", "--capacity"},
+      {"ClientOptions.coordinator", "--coordinator"},
+      {"the coordinator address", "--coordinator"},
+      {"LoadOptions.replace", "--replace"},
+      {"RemoveModel", "meshpool weights rm"},
+      {"WeightStore::Tensors", "meshpool weights ls --model MODEL"},
+  };
+  std::vector<std::pair<absl::string_view, absl::string_view>> replacements(
+      std::begin(kFlags), std::end(kFlags));
+  return absl::StrReplaceAll(message, replacements);
+}
 
 Flags::Flags(std::string usage, std::string summary)
     : usage_(std::move(usage)), summary_(std::move(summary)) {}

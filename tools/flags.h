@@ -61,6 +61,12 @@ class Flags {
   bool help_ = false;
 };
 
+// A library message as the command line should say it: the libraries name
+// their own options ("NodeOptions.slab_bytes", "LoadOptions.replace", "the
+// coordinator address"); this names the flag that sets each instead
+// ("--slab-size", "--replace", "--coordinator"). Other text is unchanged.
+std::string ForCommandLine(absl::string_view message);
+
 // The coordinator a client command talks to: --coordinator, else
 // $MESHPOOL_COORDINATOR, else InvalidArgument saying how to set it.
 absl::StatusOr<std::string> CoordinatorAddress(const Flags& flags);
