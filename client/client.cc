@@ -15,6 +15,7 @@
 #include "client/region.h"
 #include "common/common.h"
 #include "format/protocol.h"
+#include "rdma/device_matrix.h"
 
 namespace meshpool {
 
@@ -59,6 +60,11 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
 }
 
 }  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> DeviceMatrixRow(
+    absl::string_view matrix_text, absl::string_view host) {
+  return rdma::ParseDeviceMatrix(matrix_text, host);
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   return ConnectWith(std::move(options), nullptr);

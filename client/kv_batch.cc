@@ -4,8 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "client/kv_lane_op.h"
 #include "client/kv_protocol.h"
-#include "client/kv_session.h"
 
 namespace meshpool::client_internal {
 
@@ -17,9 +17,9 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
   auto fail_all = [&](const absl::Status& st) {
     for (auto& r : results) r = st;
   };
-  absl::StatusOr<Session> session = OpenSession(node);
-  if (!session.ok()) return fail_all(session.status());
-  Session& s = *session;
+  absl::StatusOr<LaneOp> op = StartLaneOp(node);
+  if (!op.ok()) return fail_all(op.status());
+  LaneOp& s = *op;
   std::vector<Buckets> buckets;
   if (absl::Status st = ReadAllBuckets(s, keys, &buckets); !st.ok()) {
     return fail_all(st);

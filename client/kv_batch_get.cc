@@ -12,9 +12,9 @@
 #include <cstring>
 #include <utility>
 
+#include "client/kv_lane_op.h"
 #include "client/kv_object_read.h"
 #include "client/kv_protocol.h"
-#include "client/kv_session.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -52,9 +52,9 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
       if (states.empty() || !states[i].done) results[i] = st;
     }
   };
-  absl::StatusOr<Session> session = OpenSession(node);
-  if (!session.ok()) return fail_rest({}, session.status());
-  Session& s = *session;
+  absl::StatusOr<LaneOp> op = StartLaneOp(node);
+  if (!op.ok()) return fail_rest({}, op.status());
+  LaneOp& s = *op;
   absl::Time start = absl::Now();
   const size_t n = keys.size();
   std::vector<KeyState> states(n);

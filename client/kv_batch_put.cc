@@ -16,8 +16,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "client/kv_lane_op.h"
 #include "client/kv_protocol.h"
-#include "client/kv_session.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -42,7 +42,7 @@ struct Item {
 };
 
 // Writes item i's object (staged or gathered) into its allocation.
-void AddObjectWrites(Session& s, const NodeConnection& node, const KeyRef& key,
+void AddObjectWrites(LaneOp& s, const NodeConnection& node, const KeyRef& key,
                      const PutSource& src, uint64_t sequence, Item& it,
                      char* base, std::vector<rdma::WorkRequest>& wrs,
                      uint64_t* last_byte) {
@@ -93,12 +93,12 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
                     absl::Span<const PutSource> sources,
                     uint64_t first_sequence, absl::Span<absl::Status> results) {
   const size_t n = keys.size();
-  absl::StatusOr<Session> session = OpenSession(node);
-  if (!session.ok()) {
-    for (auto& r : results) r = session.status();
+  absl::StatusOr<LaneOp> op = StartLaneOp(node);
+  if (!op.ok()) {
+    for (auto& r : results) r = op.status();
     return;
   }
-  Session& s = *session;
+  LaneOp& s = *op;
   std::vector<Item> items(n);
   // Space for every object. A node that is full or unreachable fails every
   // later key the same way: asking again per key would wait again.

@@ -5,9 +5,9 @@
 
 namespace meshpool::client_internal {
 
-ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
-                          uint64_t word, const GetTarget& target,
-                          bool allow_direct, uint64_t* cursor) {
+ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
+                          const GetTarget& target, bool allow_direct,
+                          uint64_t* cursor) {
   ObjectRead r;
   r.slot = slot;
   r.word = word;
@@ -35,7 +35,7 @@ ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
   return r;
 }
 
-void AddObjectReads(Session& s, const ObjectRead& r, char* staging,
+void AddObjectReads(LaneOp& s, const ObjectRead& r, char* staging,
                     const GetTarget& target,
                     std::vector<rdma::WorkRequest>& wrs) {
   s.AddRead(wrs, staging + r.head_at, r.offset, r.head_len);
@@ -52,7 +52,7 @@ namespace {
 
 // The direct case: the header and key are in staging, the value in the
 // caller's buffer, the digests wherever the value's length puts them.
-absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
+absl::StatusOr<size_t> FinishDirect(LaneOp& s, const KeyRef& key,
                                     const ObjectRead& r, const char* staging,
                                     const GetTarget& target) {
   format::ObjectHeader h;
@@ -89,7 +89,7 @@ absl::StatusOr<size_t> FinishDirect(Session& s, const KeyRef& key,
 
 }  // namespace
 
-absl::StatusOr<size_t> FinishObjectRead(Session& s, const KeyRef& key,
+absl::StatusOr<size_t> FinishObjectRead(LaneOp& s, const KeyRef& key,
                                         const ObjectRead& r,
                                         const char* staging,
                                         const GetTarget& target) {

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/kv_lane_op.h"
 #include "client/kv_protocol.h"
-#include "client/kv_session.h"
 
 namespace meshpool::client_internal {
 
@@ -37,17 +37,17 @@ struct ObjectRead {
 
 // Plans the READ of the object `word` points at, taking staging space
 // from *cursor on. Direct when `target` is registered and `allow_direct`.
-ObjectRead PlanObjectRead(Session& s, const KeyRef& key, int slot,
-                          uint64_t word, const GetTarget& target,
-                          bool allow_direct, uint64_t* cursor);
-void AddObjectReads(Session& s, const ObjectRead& r, char* staging,
+ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
+                          const GetTarget& target, bool allow_direct,
+                          uint64_t* cursor);
+void AddObjectReads(LaneOp& s, const ObjectRead& r, char* staging,
                     const GetTarget& target,
                     std::vector<rdma::WorkRequest>& wrs);
 // Verifies what the read fetched and leaves the value in target.out.
 // Returns the value's length; NotFound (another key's object), Aborted
 // (torn or reused: re-read the index), OutOfRange (the buffer is too
 // small; the message names the size needed).
-absl::StatusOr<size_t> FinishObjectRead(Session& s, const KeyRef& key,
+absl::StatusOr<size_t> FinishObjectRead(LaneOp& s, const KeyRef& key,
                                         const ObjectRead& r,
                                         const char* staging,
                                         const GetTarget& target);

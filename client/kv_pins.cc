@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/kv_session.h"
+#include "client/kv_lane_op.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -17,7 +17,7 @@ uint64_t ExpiryMs(uint64_t now_ms, absl::Duration ttl) {
 // WRITEs each entry's new contents (one post, then a flush READ), and
 // records them locally (an empty entry is freed).
 absl::Status WriteEntries(
-    Session& s, PinTable& table,
+    LaneOp& s, PinTable& table,
     absl::Span<const std::pair<uint32_t, format::PinEntry>> entries) {
   if (entries.empty()) return absl::OkStatus();
   MESHPOOL_ASSIGN_OR_RETURN(
@@ -50,16 +50,16 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
               absl::Span<absl::Status> results, std::vector<bool>* fresh) {
   if (fresh != nullptr) fresh->assign(keys.size(), false);
   absl::StatusOr<std::shared_ptr<PinTable>> table = node.session().Table();
-  absl::StatusOr<Session> session =
-      table.ok() ? OpenSession(node) : absl::StatusOr<Session>(table.status());
-  if (!session.ok()) {
+  absl::StatusOr<LaneOp> op =
+      table.ok() ? StartLaneOp(node) : absl::StatusOr<LaneOp>(table.status());
+  if (!op.ok()) {
     for (size_t i = 0; i < keys.size(); ++i) {
       results[i] = found[i].word == 0 ? absl::NotFoundError("key not found")
-                                      : session.status();
+                                      : op.status();
     }
     return;
   }
-  Session& s = *session;
+  LaneOp& s = *op;
   const format::PoolLayout& layout = node.layout();
   const uint64_t now_ms = node.session().NodeNowMs();
   const uint64_t expiry = ExpiryMs(now_ms, ttl);
@@ -236,11 +236,10 @@ void UnpinKeys(NodeConnection& node, absl::Span<const KeyRef> keys,
     which.push_back(i);
   }
   if (entries.empty()) return;
-  absl::StatusOr<Session> session = OpenSession(node);
+  absl::StatusOr<LaneOp> op = StartLaneOp(node);
   std::vector<std::pair<uint32_t, format::PinEntry>> zeros;
   for (uint32_t e : entries) zeros.push_back({e, format::PinEntry{0, 0}});
-  absl::Status st =
-      session.ok() ? WriteEntries(*session, **table, zeros) : session.status();
+  absl::Status st = op.ok() ? WriteEntries(*op, **table, zeros) : op.status();
   for (size_t i : which) results[i] = st;
 }
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/kv_session.h"
+#include "client/kv_lane_op.h"
 #include "client/meshpool/client.h"
 #include "common/common.h"
 
@@ -25,7 +25,7 @@ absl::Status NeverVerified(const KeyRef& key, NodeConnection& node,
 }
 
 // Reads the candidates of `key` found in `b` and verifies them.
-absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
+absl::Status ReadCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                             absl::Time start, ValueSink sink) {
   uint64_t total = 0;
   CandidatePlan plan = PlanCandidates(s, key, b, &total);
@@ -49,7 +49,7 @@ absl::Status ReadCandidates(Session& s, const KeyRef& key, const Buckets& b,
 // a read lease after they are unlinked, so it is the current value (and it
 // is verified as always). Otherwise *served stays false and `b` holds the
 // fresh buckets for the usual second step.
-absl::Status ReadWithHint(Session& s, const KeyRef& key,
+absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
                           const SlotCache::Hint& hint, absl::Time start,
                           Buckets* b, ValueSink sink, bool* served) {
   *served = false;
@@ -83,9 +83,9 @@ absl::Status ReadWithHint(Session& s, const KeyRef& key,
 // The zero-copy GET step: header and key of each candidate first, then the
 // value of the one that is `key` straight into direct.out and its digests
 // into staging. Aborted when the view is stale.
-absl::Status ReadCandidateDirect(Session& s, const KeyRef& key,
-                                 const Buckets& b, absl::Time start,
-                                 const DirectBuffer& direct, ValueSink sink) {
+absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
+                                 absl::Time start, const DirectBuffer& direct,
+                                 ValueSink sink) {
   std::vector<format::ObjectHeader> headers;
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<int> mine,
                             s.FindKeySlots(key, b, &headers));
@@ -141,7 +141,7 @@ absl::Status CopyValueTo(absl::string_view value, absl::Span<char> out,
 absl::Status GetValue(NodeConnection& node, const KeyRef& key,
                       int max_verify_retries, ValueSink sink,
                       const DirectBuffer* direct) {
-  MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
+  MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   bool slow = false;  // the last attempt outlived the read lease
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     absl::Time start = absl::Now();
@@ -188,7 +188,7 @@ namespace {
 // and, when the slot cache has a hint, the hinted object's header and key.
 class Prefetch {
  public:
-  Prefetch(Session& s, const KeyRef& key)
+  Prefetch(LaneOp& s, const KeyRef& key)
       : s_(s), key_(key), hint_(s.node().slot_cache().Find(key.hash)) {
     if (hint_.has_value()) {
       header_bytes_ = std::min<uint64_t>(format::ValueOffset(key.key.size()),
@@ -220,7 +220,7 @@ class Prefetch {
   }
 
  private:
-  Session& s_;
+  LaneOp& s_;
   const KeyRef& key_;
   std::optional<SlotCache::Hint> hint_;
   uint64_t header_bytes_ = 0;
@@ -232,7 +232,7 @@ class Prefetch {
 // same lane: the READ flushes the WRITE into node memory before anyone can
 // reach the object through the index. The publish's first READs go in the
 // same post (into *p).
-absl::Status WriteStagedObject(Session& s, NodeConnection& node,
+absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
                                const KeyRef& key, absl::string_view value,
                                uint64_t sequence, uint64_t offset,
                                uint64_t bytes, PutPrefetch* p) {
@@ -252,7 +252,7 @@ absl::Status WriteStagedObject(Session& s, NodeConnection& node,
 
 // The same object, with the value gathered straight from registered caller
 // memory: header+key and digests come from staging.
-absl::Status WriteGatheredObject(Session& s, NodeConnection& node,
+absl::Status WriteGatheredObject(LaneOp& s, NodeConnection& node,
                                  const KeyRef& key, absl::string_view value,
                                  uint32_t value_lkey, uint64_t sequence,
                                  uint64_t offset, PutPrefetch* p) {
@@ -285,7 +285,7 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
                       std::optional<uint32_t> value_lkey) {
   uint64_t bytes = format::ObjectBytes(key.key.size(), value.size());
   bool gather = value_lkey.has_value() && value.size() >= kZeroCopyMinBytes;
-  MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
+  MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
     MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::Allocation a,
                               node.Allocate(bytes));
@@ -308,7 +308,7 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
 absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
                        int max_verify_retries) {
   node.slot_cache().Forget(key.hash);
-  MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
+  MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   bool removed = false;
   for (int round = 0; round < kMaxPublishRounds; ++round) {
     Buckets b;
@@ -339,7 +339,7 @@ absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
 
 absl::StatusOr<bool> KeyExists(NodeConnection& node, const KeyRef& key,
                                int max_verify_retries) {
-  MESHPOOL_ASSIGN_OR_RETURN(Session s, OpenSession(node));
+  MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));

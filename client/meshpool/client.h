@@ -77,11 +77,24 @@ struct ClientOptions {
     // This host's name in a device matrix (empty: the host name).
     std::string self_name;
     // Which local device reaches which node host: this host's row of the
-    // N x N device matrix (meshpool::rdma::ParseDeviceMatrix reads one).
+    // N x N device matrix (DeviceMatrixRow below reads one).
     std::map<std::string, std::string> peer_devices;
   };
   Rdma rdma;
 };
+
+// A host's row of an N x N device matrix (for ClientOptions::Rdma's
+// peer_devices; nodes take the same file as --device-matrix): the first
+// non-comment line names the hosts, then one line per host: its name and,
+// per column, the local device that reaches that host ("-" on the diagonal
+// or where there is no link); '#' starts a comment.
+//     hosts    mac1      mac2      mac3
+//     mac1     -         rdma_en2  rdma_en3
+//     mac2     rdma_en2  -         rdma_en4
+// Returns `host`'s row as peer host -> device. InvalidArgument (naming the
+// line) when malformed; NotFound when `host` has no row.
+absl::StatusOr<std::map<std::string, std::string>> DeviceMatrixRow(
+    absl::string_view matrix_text, absl::string_view host);
 
 // KV-cache counters: what a client counted against the nodes (its own view:
 // a node's CPU never sees a GET or PUT), and, per node, the sum of what

@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
     std::cerr << "BlockKeys: " << keys.status() << "\n";
     return 2;
   }
+  auto row = meshpool::DeviceMatrixRow("hosts a b\na - d0\nb d0 -\n", "a");
+  if (!row.ok() || row->at("b") != "d0") {
+    std::cerr << "DeviceMatrixRow: " << row.status() << "\n";
+    return 2;
+  }
   auto client = meshpool::Client::Connect(
       {.coordinator = argc > 1 ? argv[1] : "127.0.0.1:7070"});
   if (!client.ok()) { std::cerr << client.status() << "\n"; return 1; }

@@ -1,9 +1,9 @@
 // Internal to client/: the pieces the single-key protocols (kv_protocol.cc)
 // and the batched ones (kv_batch.cc) share — the bucket view of a key, one
-// operation's use of a lane (Session), candidate reads, and the publishing
-// CAS loop. Not thread-safe: a Session belongs to one operation.
-#ifndef MESHPOOL_CLIENT_KV_SESSION_H_
-#define MESHPOOL_CLIENT_KV_SESSION_H_
+// operation's use of a lane (LaneOp), candidate reads, and the publishing
+// CAS loop. Not thread-safe: a LaneOp belongs to one operation.
+#ifndef MESHPOOL_CLIENT_KV_LANE_OP_H_
+#define MESHPOOL_CLIENT_KV_LANE_OP_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -54,9 +54,9 @@ struct Buckets {
 };
 
 // One operation's use of one lane on one node.
-class Session {
+class LaneOp {
  public:
-  Session(NodeConnection& node, NodeConnection::LaneLease lane)
+  LaneOp(NodeConnection& node, NodeConnection::LaneLease lane)
       : node_(node), lane_(std::move(lane)) {}
 
   NodeConnection& node() { return node_; }
@@ -233,7 +233,7 @@ class Session {
   NodeConnection::LaneLease lane_;
 };
 
-absl::StatusOr<Session> OpenSession(NodeConnection& node);
+absl::StatusOr<LaneOp> StartLaneOp(NodeConnection& node);
 // OutOfRange naming both sizes.
 absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes);
 
@@ -245,19 +245,19 @@ struct CandidatePlan {
 };
 
 // Plans READs of every candidate of `key` into staging from `*cursor` on.
-CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
+CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                              uint64_t* cursor);
-void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
+void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, std::vector<rdma::WorkRequest>& wrs);
 // Hands the first candidate that verifies to `sink` (and remembers its slot
 // in the node's SlotCache); NotFound when none is the key; Aborted when one
 // is torn (the bucket view is stale).
-absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
+absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink);
 // Past the read lease, the slab we read from may have been reclaimed and
 // reused: what we fetched could be stale even if it verifies.
-bool ReadLeasePassed(Session& s, absl::Time start);
+bool ReadLeasePassed(LaneOp& s, absl::Time start);
 // What a read step returns when its lease passed (DeadlineExceeded: slow, not
 // corrupt), and whether a read step's status means "read the index again"
 // (that, or Aborted: torn or reused).
@@ -269,7 +269,7 @@ inline bool IsRetryableRead(const absl::Status& s) {
          s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 // Phase one of every batch: all keys' buckets in one post.
-absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
+absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets);
 // True when the first candidate slot in `b` is the one `hint` names, still
 // holding the word it held when this client last verified or published the
@@ -292,13 +292,13 @@ struct PutPrefetch {
 // and remembers it in the node's SlotCache. `prefetched`, when given, serves
 // the first round instead of READs. Aborted when `deadline` passed before
 // publishing; ResourceExhausted when both buckets are full.
-absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
+absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline,
                      const PutPrefetch* prefetched = nullptr);
 // After an insert raced another writer's insert of the same key: clears
 // every slot holding the key but the first in bucket order (best effort).
-void RemoveDuplicateSlots(Session& s, const KeyRef& key);
+void RemoveDuplicateSlots(LaneOp& s, const KeyRef& key);
 
 }  // namespace meshpool::client_internal
 
-#endif  // MESHPOOL_CLIENT_KV_SESSION_H_
+#endif  // MESHPOOL_CLIENT_KV_LANE_OP_H_

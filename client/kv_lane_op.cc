@@ -1,4 +1,4 @@
-#include "client/kv_session.h"
+#include "client/kv_lane_op.h"
 
 #include <utility>
 
@@ -10,12 +10,12 @@ absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes) {
                    buffer_bytes, "; pass a buffer of at least that size"));
 }
 
-absl::StatusOr<Session> OpenSession(NodeConnection& node) {
+absl::StatusOr<LaneOp> StartLaneOp(NodeConnection& node) {
   MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::LaneLease lane, node.AcquireLane());
-  return Session(node, std::move(lane));
+  return LaneOp(node, std::move(lane));
 }
 
-CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
+CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                              uint64_t* cursor) {
   CandidatePlan plan;
   plan.slots = b.Candidates(key, s.node().layout());
@@ -27,7 +27,7 @@ CandidatePlan PlanCandidates(Session& s, const KeyRef& key, const Buckets& b,
   return plan;
 }
 
-void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
+void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, std::vector<rdma::WorkRequest>& wrs) {
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     s.AddRead(wrs, staging + plan.offsets[i],
@@ -36,7 +36,7 @@ void AddCandidateReads(Session& s, const Buckets& b, const CandidatePlan& plan,
   }
 }
 
-absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
+absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink) {
   bool stale = false;
@@ -57,11 +57,11 @@ absl::Status VerifyCandidates(Session& s, const KeyRef& key, const Buckets& b,
                : absl::NotFoundError("key not found");
 }
 
-bool ReadLeasePassed(Session& s, absl::Time start) {
+bool ReadLeasePassed(LaneOp& s, absl::Time start) {
   return absl::Now() - start > s.node().read_lease();
 }
 
-absl::Status ReadAllBuckets(Session& s, absl::Span<const KeyRef> keys,
+absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets) {
   buckets->resize(keys.size());
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
@@ -88,7 +88,7 @@ namespace {
 // writers prefer it too) and clears the rest, until one remains. Best
 // effort: the value is already published, and a leftover duplicate is never
 // read (the first slot wins) and is cleared by the key's next write.
-void RemoveDuplicates(Session& s, const KeyRef& key) {
+void RemoveDuplicates(LaneOp& s, const KeyRef& key) {
   for (int round = 0; round < kMaxPublishRounds; ++round) {
     Buckets b;
     if (!s.ReadBuckets(key, &b).ok()) return;
@@ -109,7 +109,7 @@ void RemoveDuplicates(Session& s, const KeyRef& key) {
 
 }  // namespace
 
-void RemoveDuplicateSlots(Session& s, const KeyRef& key) {
+void RemoveDuplicateSlots(LaneOp& s, const KeyRef& key) {
   RemoveDuplicates(s, key);
 }
 
@@ -128,7 +128,7 @@ bool HintHolds(const KeyRef& key, const Buckets& b,
   return true;
 }
 
-absl::Status Publish(Session& s, const KeyRef& key, uint64_t word,
+absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline, const PutPrefetch* prefetched) {
   auto too_late = [] {
     return absl::AbortedError("slab lease ended before publishing");
