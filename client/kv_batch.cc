@@ -53,18 +53,17 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
   enum : uint8_t { kAbsent, kPresent, kStale };
   std::vector<uint8_t> verdict(keys.size(), kAbsent);
   for (const Probe& p : probes) {
-    absl::Status v = format::VerifyHeaderAndKey(
+    format::Verdict v = format::VerifyHeaderAndKey(
         absl::MakeConstSpan(staging->data() + p.at, p.length), keys[p.key].key,
         keys[p.key].hash, node.incarnation());
-    if (v.ok()) {
+    if (v == format::Verdict::kValid) {
       // The first verified candidate in bucket order is the one GETs read.
       if (found != nullptr && verdict[p.key] != kPresent) {
         (*found)[p.key] = {buckets[p.key].slot_offset[p.slot],
                            buckets[p.key].words[p.slot]};
       }
       verdict[p.key] = kPresent;
-    } else if (v.code() == absl::StatusCode::kAborted &&
-               verdict[p.key] == kAbsent) {
+    } else if (v == format::Verdict::kStale && verdict[p.key] == kAbsent) {
       verdict[p.key] = kStale;
     }
   }

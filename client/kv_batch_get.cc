@@ -15,6 +15,7 @@
 #include "client/kv_lane_op.h"
 #include "client/kv_object_read.h"
 #include "client/kv_protocol.h"
+#include "client/kv_retry.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -160,9 +161,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
       if (got.status().code() != absl::StatusCode::kNotFound) stale = true;
     }
     if (st.ok()) continue;
-    if (stale && st.code() == absl::StatusCode::kNotFound) {
-      st = absl::AbortedError("torn object");
-    }
+    if (stale && st.code() == absl::StatusCode::kNotFound) st = StaleRead();
     results[i] = IsRetryableRead(st)
                      ? GetOne(node, keys[i], targets[i], max_verify_retries)
                      : absl::StatusOr<size_t>(st);

@@ -11,13 +11,17 @@
 //           same key is cleared (the single-key rule: keep the first slot).
 //
 // A key whose CAS loses a race takes the single-key publish loop.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "client/kv_lane_op.h"
 #include "client/kv_protocol.h"
+#include "client/kv_retry.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -87,33 +91,76 @@ absl::Status BucketsFull(NodeConnection& node) {
       "index buckets"));
 }
 
-}  // namespace
+// One batch's journey through the three posts, one method per step. A
+// step that fails the whole post marks every live key with the failure and
+// returns false; the caller stops there.
+class BatchPut {
+ public:
+  BatchPut(LaneOp& s, NodeConnection& node, absl::Span<const KeyRef> keys,
+           absl::Span<const PutSource> sources, uint64_t first_sequence,
+           absl::Span<absl::Status> results)
+      : s_(s),
+        node_(node),
+        keys_(keys),
+        sources_(sources),
+        first_sequence_(first_sequence),
+        results_(results),
+        items_(keys.size()) {}
 
-void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
-                    absl::Span<const PutSource> sources,
-                    uint64_t first_sequence, absl::Span<absl::Status> results) {
-  const size_t n = keys.size();
-  absl::StatusOr<LaneOp> op = StartLaneOp(node);
-  if (!op.ok()) {
-    for (auto& r : results) r = op.status();
-    return;
+  // Space for every object, and where each piece lands in staging.
+  void Allocate();
+  // Post 1: the objects, one flush READ, every key's buckets and hinted
+  // headers.
+  bool WriteObjects();
+  // Each key's target slot from what post 1 read; keys whose candidates
+  // need their headers read go to post 2.
+  void ChooseTargets();
+  // Post 2 (rare for a KV cache: keys already present).
+  bool ProbeCandidates();
+  // Post 3: every CAS, then new keys' buckets again.
+  bool CasAll();
+  // Per key: published (clearing a duplicate a racing insert left), or
+  // through the single-key publish loop.
+  void Finish();
+
+ private:
+  void FailLive(const absl::Status& st) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (items_[i].live) results_[i] = st;
+    }
   }
-  LaneOp& s = *op;
-  std::vector<Item> items(n);
-  // Space for every object. A node that is full or unreachable fails every
-  // later key the same way: asking again per key would wait again.
+
+  LaneOp& s_;
+  NodeConnection& node_;
+  const absl::Span<const KeyRef> keys_;
+  const absl::Span<const PutSource> sources_;
+  const uint64_t first_sequence_;
+  const absl::Span<absl::Status> results_;
+  std::vector<Item> items_;
+  uint64_t flush_at_ = 0;  // the flush READ's 8 bytes in post 1 staging
+  uint64_t staging_bytes_ = 0;
+  char* base_ = nullptr;                     // the current post's staging
+  absl::flat_hash_set<uint64_t> claimed_;    // slots taken by this batch
+  std::vector<size_t> probe_;                // keys for post 2
+  std::vector<uint64_t> old_at_, again_at_;  // post 3 staging, per key
+};
+
+void BatchPut::Allocate() {
+  // A node that is full or unreachable fails every later key the same way:
+  // asking again per key would wait again.
   absl::Status node_failure;
   uint64_t cursor = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
-    it.bytes = format::ObjectBytes(keys[i].key.size(), sources[i].value.size());
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
+    it.bytes =
+        format::ObjectBytes(keys_[i].key.size(), sources_[i].value.size());
     if (!node_failure.ok()) {
-      results[i] = node_failure;
+      results_[i] = node_failure;
       continue;
     }
-    absl::StatusOr<NodeConnection::Allocation> a = node.Allocate(it.bytes);
+    absl::StatusOr<NodeConnection::Allocation> a = node_.Allocate(it.bytes);
     if (!a.ok()) {
-      results[i] = a.status();
+      results_[i] = a.status();
       if (a.status().code() != absl::StatusCode::kInvalidArgument) {
         node_failure = a.status();
       }
@@ -121,124 +168,134 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
     }
     it.alloc = *std::move(a);
     it.live = true;
-    it.gather = sources[i].lkey.has_value() && !sources[i].value.empty();
-    it.word = format::EncodeSlot(format::Fingerprint(keys[i].hash), it.bytes,
+    it.gather = sources_[i].lkey.has_value() && !sources_[i].value.empty();
+    it.word = format::EncodeSlot(format::Fingerprint(keys_[i].hash), it.bytes,
                                  it.alloc.offset());
     it.stage_at = cursor;
-    cursor += it.gather ? format::ValueOffset(keys[i].key.size()) +
-                              8 * format::DigestCount(sources[i].value.size())
+    cursor += it.gather ? format::ValueOffset(keys_[i].key.size()) +
+                              8 * format::DigestCount(sources_[i].value.size())
                         : it.bytes;
   }
-  const uint64_t flush_at = cursor;
+  flush_at_ = cursor;
   cursor += 8;
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live) continue;
     it.buckets_at = cursor;
     cursor += kBucketPairBytes;
-    it.hint = node.slot_cache().Find(keys[i].hash);
+    it.hint = node_.slot_cache().Find(keys_[i].hash);
     if (it.hint.has_value()) {
       it.hint_at = cursor;
-      it.hint_len = std::min<uint64_t>(format::ValueOffset(keys[i].key.size()),
-                                       s.ObjectReadLength(it.hint->word));
+      it.hint_len = std::min<uint64_t>(format::ValueOffset(keys_[i].key.size()),
+                                       s_.ObjectReadLength(it.hint->word));
       cursor += it.hint_len;
     }
   }
-  absl::StatusOr<absl::Span<char>> staging = s.Staging(cursor);
-  auto fail_live = [&](const absl::Status& st) {
-    for (size_t i = 0; i < n; ++i) {
-      if (items[i].live) results[i] = st;
-    }
-  };
-  if (!staging.ok()) return fail_live(staging.status());
-  char* base = staging->data();
+  staging_bytes_ = cursor;
+}
 
-  // Post 1.
+bool BatchPut::WriteObjects() {
+  absl::StatusOr<absl::Span<char>> staging = s_.Staging(staging_bytes_);
+  if (!staging.ok()) {
+    FailLive(staging.status());
+    return false;
+  }
+  base_ = staging->data();
   std::vector<rdma::WorkRequest> wrs;
   uint64_t last_byte = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!items[i].live) continue;
-    AddObjectWrites(s, node, keys[i], sources[i], first_sequence + i, items[i],
-                    base, wrs, &last_byte);
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (!items_[i].live) continue;
+    AddObjectWrites(s_, node_, keys_[i], sources_[i], first_sequence_ + i,
+                    items_[i], base_, wrs, &last_byte);
   }
-  if (wrs.empty()) return;
+  if (wrs.empty()) return false;  // no key allocated: results are set
   // On one endpoint a READ observes every earlier WRITE: one flush for all.
-  s.AddRead(wrs, base + flush_at, last_byte - 8, 8);
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+  s_.AddRead(wrs, base_ + flush_at_, last_byte - 8, 8);
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live) continue;
-    s.AddBucketReads(wrs, keys[i], base + it.buckets_at, &it.b);
+    s_.AddBucketReads(wrs, keys_[i], base_ + it.buckets_at, &it.b);
     if (it.hint.has_value()) {
-      s.AddRead(wrs, base + it.hint_at,
-                format::DecodeSlot(it.hint->word).offset, it.hint_len);
+      s_.AddRead(wrs, base_ + it.hint_at,
+                 format::DecodeSlot(it.hint->word).offset, it.hint_len);
     }
   }
-  if (absl::Status st = s.Run(wrs); !st.ok()) return fail_live(st);
+  if (absl::Status st = s_.Run(wrs); !st.ok()) {
+    FailLive(st);
+    return false;
+  }
+  return true;
+}
 
-  // Decide each key's target slot; collect keys whose candidates need a
-  // header read.
-  absl::flat_hash_set<uint64_t> claimed;
-  std::vector<size_t> probe;
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+void BatchPut::ChooseTargets() {
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live) continue;
-    std::memcpy(it.b.words, base + it.buckets_at, kBucketPairBytes);
+    std::memcpy(it.b.words, base_ + it.buckets_at, kBucketPairBytes);
     std::optional<SlotCache::Hint> verified;
     if (it.hint.has_value() &&
         format::VerifyHeaderAndKey(
-            absl::MakeConstSpan(base + it.hint_at, it.hint_len), keys[i].key,
-            keys[i].hash, node.incarnation())
-            .ok()) {
+            absl::MakeConstSpan(base_ + it.hint_at, it.hint_len), keys_[i].key,
+            keys_[i].hash, node_.incarnation()) == format::Verdict::kValid) {
       verified = it.hint;
     }
     int slot = -1;
-    if (HintHolds(keys[i], it.b, node.layout(), verified, &slot)) {
+    if (HintHolds(keys_[i], it.b, node_.layout(), verified, &slot)) {
       it.target = slot;
       it.mine = {slot};
-    } else if (!it.b.Candidates(keys[i], node.layout()).empty()) {
-      probe.push_back(i);
+    } else if (!it.b.Candidates(keys_[i], node_.layout()).empty()) {
+      probe_.push_back(i);
     } else {
       it.insert = true;
-      it.target = PickEmpty(it.b, claimed);
+      it.target = PickEmpty(it.b, claimed_);
     }
   }
-  // Post 2 (rare for a KV cache: keys already present): candidates' headers.
-  for (size_t i : probe) {
-    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(keys[i], items[i].b);
-    if (!mine.ok() && mine.status().code() != absl::StatusCode::kAborted) {
-      return fail_live(mine.status());
+}
+
+bool BatchPut::ProbeCandidates() {
+  for (size_t i : probe_) {
+    Item& it = items_[i];
+    absl::StatusOr<std::vector<int>> mine = s_.FindKeySlots(keys_[i], it.b);
+    if (!mine.ok() && !IsRetry(mine.status(), RetryReason::kRereadIndex)) {
+      FailLive(mine.status());
+      return false;
     }
-    Item& it = items[i];
     if (!mine.ok()) {
-      it.fallback = true;  // torn: the single-key loop re-reads
+      it.fallback = true;  // stale: the single-key loop re-reads
     } else if (!mine->empty()) {
       it.mine = *mine;
       it.target = mine->front();
     } else {
       it.insert = true;
-      it.target = PickEmpty(it.b, claimed);
+      it.target = PickEmpty(it.b, claimed_);
     }
   }
+  return true;
+}
 
-  // Post 3: every CAS, then new keys' buckets again.
-  uint64_t cas_at = 0, again_at = 0;
+bool BatchPut::CasAll() {
   size_t cas_count = 0, inserts = 0;
-  for (const Item& it : items) {
+  for (const Item& it : items_) {
     cas_count += it.live && it.target >= 0 && !it.fallback;
     inserts += it.live && it.target >= 0 && !it.fallback && it.insert;
   }
-  staging = s.Staging(8 * cas_count + kBucketPairBytes * inserts);
-  if (!staging.ok()) return fail_live(staging.status());
-  base = staging->data();
-  again_at = 8 * cas_count;
-  wrs.clear();
-  std::vector<uint64_t> old_at(n), again(n);
+  absl::StatusOr<absl::Span<char>> staging =
+      s_.Staging(8 * cas_count + kBucketPairBytes * inserts);
+  if (!staging.ok()) {
+    FailLive(staging.status());
+    return false;
+  }
+  base_ = staging->data();
+  std::vector<rdma::WorkRequest> wrs;
+  old_at_.assign(items_.size(), 0);
+  again_at_.assign(items_.size(), 0);
+  uint64_t cas_at = 0;
   absl::Time now = absl::Now();
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live || it.fallback) continue;
     if (it.target < 0) {
-      results[i] = BucketsFull(node);
+      results_[i] = BucketsFull(node_);
       it.live = false;
       continue;
     }
@@ -247,52 +304,77 @@ void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
       it.fallback = true;
       continue;
     }
-    old_at[i] = cas_at;
-    s.AddCas(wrs, reinterpret_cast<uint64_t*>(base + cas_at),
-             it.b.slot_offset[it.target], it.b.words[it.target], it.word);
+    old_at_[i] = cas_at;
+    s_.AddCas(wrs, reinterpret_cast<uint64_t*>(base_ + cas_at),
+              it.b.slot_offset[it.target], it.b.words[it.target], it.word);
     cas_at += 8;
   }
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+  uint64_t again_at = 8 * cas_count;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live || it.fallback || !it.insert) continue;
-    again[i] = again_at;
+    again_at_[i] = again_at;
     Buckets unused;
-    s.AddBucketReads(wrs, keys[i], base + again_at, &unused);
+    s_.AddBucketReads(wrs, keys_[i], base_ + again_at, &unused);
     again_at += kBucketPairBytes;
   }
-  if (!wrs.empty()) {
-    if (absl::Status st = s.Run(wrs); !st.ok()) return fail_live(st);
+  if (wrs.empty()) return true;
+  if (absl::Status st = s_.Run(wrs); !st.ok()) {
+    FailLive(st);
+    return false;
   }
-  for (size_t i = 0; i < n; ++i) {
-    Item& it = items[i];
+  return true;
+}
+
+void BatchPut::Finish() {
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
     if (!it.live) continue;
     bool published = false;
     if (!it.fallback) {
       uint64_t old;
-      std::memcpy(&old, base + old_at[i], 8);
+      std::memcpy(&old, base_ + old_at_[i], 8);
       published = old == it.b.words[it.target];
     }
     if (published) {
-      node.slot_cache().Remember(keys[i].hash, it.b.slot_offset[it.target],
-                                 it.word);
+      node_.slot_cache().Remember(keys_[i].hash, it.b.slot_offset[it.target],
+                                  it.word);
       bool maybe_dup = it.mine.size() > 1;
       if (it.insert) {
         Buckets fresh = it.b;
-        std::memcpy(fresh.words, base + again[i], kBucketPairBytes);
-        maybe_dup = fresh.Candidates(keys[i], node.layout()).size() > 1;
+        std::memcpy(fresh.words, base_ + again_at_[i], kBucketPairBytes);
+        maybe_dup = fresh.Candidates(keys_[i], node_.layout()).size() > 1;
       }
-      if (maybe_dup) RemoveDuplicateSlots(s, keys[i]);
-      results[i] = absl::OkStatus();
+      if (maybe_dup) RemoveDuplicateSlots(s_, keys_[i]);
+      results_[i] = absl::OkStatus();
     } else {
-      results[i] = Publish(s, keys[i], it.word, it.alloc.publish_deadline());
-      if (results[i].code() == absl::StatusCode::kAborted) {
+      results_[i] = Publish(s_, keys_[i], it.word, it.alloc.publish_deadline());
+      if (IsRetry(results_[i], RetryReason::kAllocateAgain)) {
         it.alloc = {};
-        results[i] = PutValue(node, keys[i], sources[i].value,
-                              first_sequence + i, sources[i].lkey);
+        results_[i] = PutValue(node_, keys_[i], sources_[i].value,
+                               first_sequence_ + i, sources_[i].lkey);
       }
     }
     it.alloc = {};  // published or abandoned: the slab may be released
   }
+}
+
+}  // namespace
+
+void BatchPutValues(NodeConnection& node, absl::Span<const KeyRef> keys,
+                    absl::Span<const PutSource> sources,
+                    uint64_t first_sequence, absl::Span<absl::Status> results) {
+  absl::StatusOr<LaneOp> op = StartLaneOp(node);
+  if (!op.ok()) {
+    for (auto& r : results) r = op.status();
+    return;
+  }
+  BatchPut put(*op, node, keys, sources, first_sequence, results);
+  put.Allocate();
+  if (!put.WriteObjects()) return;
+  put.ChooseTargets();
+  if (!put.ProbeCandidates() || !put.CasAll()) return;
+  put.Finish();
 }
 
 }  // namespace meshpool::client_internal

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "client/kv_retry.h"
+
 namespace meshpool::client_internal {
 
 absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes) {
@@ -42,19 +44,18 @@ absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
   bool stale = false;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     absl::string_view value;
-    absl::Status v = format::VerifyObject(
+    format::Verdict v = format::VerifyObject(
         absl::MakeConstSpan(staging + plan.offsets[i], plan.lengths[i]),
         key.key, key.hash, s.node().incarnation(), &value);
-    if (v.ok()) {
+    if (v == format::Verdict::kValid) {
       int slot = plan.slots[i];
       s.node().slot_cache().Remember(key.hash, b.slot_offset[slot],
                                      b.words[slot]);
       return sink(value);
     }
-    if (v.code() != absl::StatusCode::kNotFound) stale = true;
+    if (v != format::Verdict::kOtherKey) stale = true;
   }
-  return stale ? absl::AbortedError("torn object")
-               : absl::NotFoundError("key not found");
+  return stale ? StaleRead() : absl::NotFoundError("key not found");
 }
 
 bool ReadLeasePassed(LaneOp& s, absl::Time start) {
@@ -93,7 +94,7 @@ void RemoveDuplicates(LaneOp& s, const KeyRef& key) {
     Buckets b;
     if (!s.ReadBuckets(key, &b).ok()) return;
     absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
-    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
     if (!mine.ok() || mine->size() <= 1) return;
     absl::StatusOr<absl::Span<char>> staging = s.Staging(8 * mine->size());
     if (!staging.ok()) return;
@@ -131,7 +132,8 @@ bool HintHolds(const KeyRef& key, const Buckets& b,
 absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline, const PutPrefetch* prefetched) {
   auto too_late = [] {
-    return absl::AbortedError("slab lease ended before publishing");
+    return Retry(RetryReason::kAllocateAgain,
+                 "slab lease ended before publishing");
   };
   SlotCache& cache = s.node().slot_cache();
   for (int round = 0; round < kMaxPublishRounds; ++round) {
@@ -154,7 +156,7 @@ absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
         HintHolds(key, b, s.node().layout(), hint, &hinted)
             ? absl::StatusOr<std::vector<int>>(std::vector<int>{hinted})
             : s.FindKeySlots(key, b);
-    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
     if (!mine.ok()) return mine.status();
     int target = -1;
     if (!mine->empty()) {
@@ -179,7 +181,7 @@ absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
     if (absl::Now() > deadline) return too_late();
     MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
     if (*old_value != b.words[target]) continue;  // lost a race: look again
-    // Published. Never Aborted from here: the caller would publish again.
+    // Published. Never a Retry from here: the caller would publish again.
     cache.Remember(key.hash, b.slot_offset[target], word);
     if (mine->size() != 1) RemoveDuplicates(s, key);
     return absl::OkStatus();

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/kv_protocol.h"
+#include "client/kv_retry.h"
 #include "client/node_connection.h"
 #include "common/common.h"
 #include "format/layout.h"
@@ -164,7 +165,7 @@ class LaneOp {
   }
 
   // The candidate slots that hold `key` (checked by header and key).
-  // Aborted when a candidate is torn: the bucket view is stale.
+  // Retry(kRereadIndex) when a candidate is stale: so is the bucket view.
   absl::StatusOr<std::vector<int>> FindKeySlots(
       const KeyRef& key, const Buckets& b,
       std::vector<format::ObjectHeader>* headers = nullptr) {
@@ -185,15 +186,15 @@ class LaneOp {
     MESHPOOL_RETURN_IF_ERROR(Run(wrs));
     for (size_t c = 0; c < candidates.size(); ++c) {
       format::ObjectHeader header;
-      absl::Status s = format::VerifyHeaderAndKey(
+      format::Verdict v = format::VerifyHeaderAndKey(
           absl::MakeConstSpan(staging.data() + c * want, lengths[c]), key.key,
           key.hash, node_.incarnation(), &header);
-      if (s.ok()) {
+      if (v == format::Verdict::kValid) {
         mine.push_back(candidates[c]);
         if (headers != nullptr) headers->push_back(header);
-      } else if (s.code() == absl::StatusCode::kAborted) {
-        return s;
-      }  // NotFound / OutOfRange: another key's object.
+      } else if (v == format::Verdict::kStale) {
+        return StaleRead();
+      }  // kOtherKey, or kShort (clipped by the pool's end): not this key.
     }
     return mine;
   }
@@ -250,24 +251,15 @@ CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
 void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, std::vector<rdma::WorkRequest>& wrs);
 // Hands the first candidate that verifies to `sink` (and remembers its slot
-// in the node's SlotCache); NotFound when none is the key; Aborted when one
-// is torn (the bucket view is stale).
+// in the node's SlotCache); NotFound when none is the key; StaleRead() when
+// one is stale (so is the bucket view).
 absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink);
 // Past the read lease, the slab we read from may have been reclaimed and
-// reused: what we fetched could be stale even if it verifies.
+// reused: what we fetched could be stale even if it verifies (the step then
+// returns ReadLeaseExpired()).
 bool ReadLeasePassed(LaneOp& s, absl::Time start);
-// What a read step returns when its lease passed (DeadlineExceeded: slow, not
-// corrupt), and whether a read step's status means "read the index again"
-// (that, or Aborted: torn or reused).
-inline absl::Status ReadLeaseExpired() {
-  return absl::DeadlineExceededError("read lease passed");
-}
-inline bool IsRetryableRead(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kAborted ||
-         s.code() == absl::StatusCode::kDeadlineExceeded;
-}
 // Phase one of every batch: all keys' buckets in one post.
 absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets);
@@ -290,8 +282,8 @@ struct PutPrefetch {
 };
 // Makes the key's slot point at `word` with one CAS (retrying lost races),
 // and remembers it in the node's SlotCache. `prefetched`, when given, serves
-// the first round instead of READs. Aborted when `deadline` passed before
-// publishing; ResourceExhausted when both buckets are full.
+// the first round instead of READs. Retry(kAllocateAgain) when `deadline`
+// passed before publishing; ResourceExhausted when both buckets are full.
 absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline,
                      const PutPrefetch* prefetched = nullptr);

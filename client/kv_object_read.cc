@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client/kv_retry.h"
+
 namespace meshpool::client_internal {
 
 ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
@@ -56,20 +58,20 @@ absl::StatusOr<size_t> FinishDirect(LaneOp& s, const KeyRef& key,
                                     const ObjectRead& r, const char* staging,
                                     const GetTarget& target) {
   format::ObjectHeader h;
-  absl::Status head = format::VerifyHeaderAndKey(
+  format::Verdict head = format::VerifyHeaderAndKey(
       absl::MakeConstSpan(staging + r.head_at, r.head_len), key.key, key.hash,
       s.node().incarnation(), &h);
-  if (head.code() == absl::StatusCode::kOutOfRange) {
+  if (head == format::Verdict::kStale) return StaleRead();
+  if (head != format::Verdict::kValid) {
     return absl::NotFoundError("not this key's object");
   }
-  if (!head.ok()) return head;
   if (h.value_length > target.out.size()) {
     return BufferTooSmall(h.value_length, target.out.size());
   }
   // The slot's bound covers the whole object; a header claiming more is
   // torn or reused.
   if (format::ObjectBytes(h.key_length, h.value_length) > r.length) {
-    return absl::AbortedError("object larger than its slot says");
+    return Retry(RetryReason::kRereadIndex, "object larger than its slot says");
   }
   // Digest bytes, counted from the value's start, lie in out[0, out_len)
   // followed by tail[0, tail_len).
@@ -82,8 +84,9 @@ absl::StatusOr<size_t> FinishDirect(LaneOp& s, const KeyRef& key,
         p < r.out_len ? target.out[p] : staging[r.tail_at + p - r.out_len];
   }
   absl::Span<const char> value(target.out.data(), h.value_length);
-  absl::Status v = format::VerifyValue(h, value, digests);
-  if (!v.ok()) return absl::AbortedError("torn object");
+  if (format::VerifyValue(h, value, digests) != format::Verdict::kValid) {
+    return StaleRead();
+  }
   return static_cast<size_t>(h.value_length);
 }
 
@@ -95,13 +98,17 @@ absl::StatusOr<size_t> FinishObjectRead(LaneOp& s, const KeyRef& key,
                                         const GetTarget& target) {
   if (r.direct) return FinishDirect(s, key, r, staging, target);
   absl::string_view value;
-  absl::Status v =
+  format::Verdict v =
       format::VerifyObject(absl::MakeConstSpan(staging + r.head_at, r.head_len),
                            key.key, key.hash, s.node().incarnation(), &value);
-  if (v.code() == absl::StatusCode::kOutOfRange) {
-    return absl::AbortedError("object shorter than its slot says");
+  if (v == format::Verdict::kOtherKey) {
+    return absl::NotFoundError("not this key's object");
   }
-  if (!v.ok()) return v;
+  if (v == format::Verdict::kShort) {
+    return Retry(RetryReason::kRereadIndex,
+                 "object shorter than its slot says");
+  }
+  if (v != format::Verdict::kValid) return StaleRead();
   size_t length = 0;
   MESHPOOL_RETURN_IF_ERROR(CopyValueTo(value, target.out, &length));
   return length;

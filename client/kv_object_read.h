@@ -44,9 +44,9 @@ void AddObjectReads(LaneOp& s, const ObjectRead& r, char* staging,
                     const GetTarget& target,
                     std::vector<rdma::WorkRequest>& wrs);
 // Verifies what the read fetched and leaves the value in target.out.
-// Returns the value's length; NotFound (another key's object), Aborted
-// (torn or reused: re-read the index), OutOfRange (the buffer is too
-// small; the message names the size needed).
+// Returns the value's length; NotFound (another key's object),
+// Retry(kRereadIndex) (torn or reused: re-read the index), OutOfRange (the
+// buffer is too small; the message names the size needed).
 absl::StatusOr<size_t> FinishObjectRead(LaneOp& s, const KeyRef& key,
                                         const ObjectRead& r,
                                         const char* staging,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/kv_lane_op.h"
+#include "client/kv_retry.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -158,10 +159,10 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
       results[p.key] = absl::OkStatus();
       continue;
     }
-    results[p.key] =
-        evicting != 0
-            ? absl::NotFoundError("key is being evicted")
-            : absl::AbortedError("key was replaced or deleted meanwhile");
+    results[p.key] = evicting != 0
+                         ? absl::NotFoundError("key is being evicted")
+                         : Retry(RetryReason::kRereadIndex,
+                                 "key was replaced or deleted meanwhile");
     // The pin this client held before (if any) stands as it was.
     restore.push_back({p.entry, p.previous});
     if (fresh != nullptr) (*fresh)[p.key] = false;
@@ -195,7 +196,7 @@ void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
           looked[j] = present[j].status();
         } else if (*present[j] && slots[j].word == 0) {
           // Present, but its slot was not seen (a torn candidate): again.
-          looked[j] = absl::AbortedError("slot not seen");
+          looked[j] = Retry(RetryReason::kRereadIndex, "slot not seen");
         }
       }
     }
@@ -206,7 +207,7 @@ void LookUpAndPin(NodeConnection& node, absl::Span<const KeyRef> keys,
     for (size_t j = 0; j < todo.size(); ++j) {
       absl::Status st = looked[j].ok() ? pinned[j] : looked[j];
       if (fresh != nullptr && st.ok()) (*fresh)[todo[j]] = new_pin[j];
-      if (st.code() == absl::StatusCode::kAborted) {
+      if (IsRetry(st, RetryReason::kRereadIndex)) {
         again.push_back(todo[j]);
         st = absl::NotFoundError("key kept changing while being pinned");
       }

@@ -20,13 +20,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/kv_protocol.h"
+#include "client/kv_retry.h"
 #include "client/node_connection.h"
 
 namespace meshpool::client_internal {
 
 // Pins each key whose slot `found` names (word != 0) for `ttl` (kHardPin:
 // no expiry). results[i]: OK (pinned), NotFound (absent, or being
-// evicted), Aborted (the slot changed meanwhile: look the key up again),
+// evicted), Retry(kRereadIndex) (the slot changed meanwhile: look the key
+// up again),
 // ResourceExhausted (pin table full, or no session free on the node),
 // Unavailable.
 // With `fresh`, (*fresh)[i] tells whether key i's pin is new (this client

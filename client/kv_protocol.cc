@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/kv_lane_op.h"
+#include "client/kv_retry.h"
 #include "client/meshpool/client.h"
 #include "common/common.h"
 
@@ -71,18 +72,18 @@ absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
     return absl::OkStatus();
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::string_view value;
-  absl::Status v = format::VerifyObject(
+  format::Verdict v = format::VerifyObject(
       absl::MakeConstSpan(staging.data() + kBucketPairBytes, length), key.key,
       key.hash, s.node().incarnation(), &value);
-  if (v.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
-  if (!v.ok()) return absl::AbortedError("torn object");
+  if (v == format::Verdict::kOtherKey) return absl::OkStatus();
+  if (v != format::Verdict::kValid) return StaleRead();
   *served = true;
   return sink(value);
 }
 
 // The zero-copy GET step: header and key of each candidate first, then the
 // value of the one that is `key` straight into direct.out and its digests
-// into staging. Aborted when the view is stale.
+// into staging. StaleRead() when the view is stale.
 absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
                                  absl::Time start, const DirectBuffer& direct,
                                  ValueSink sink) {
@@ -108,7 +109,9 @@ absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
   absl::Span<const char> value(direct.out.data(), h.value_length);
-  MESHPOOL_RETURN_IF_ERROR(format::VerifyValue(h, value, staging));
+  if (format::VerifyValue(h, value, staging) != format::Verdict::kValid) {
+    return StaleRead();
+  }
   return sink(absl::string_view(value.data(), value.size()));
 }
 
@@ -157,7 +160,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
       absl::Status st = ReadWithHint(s, key, *hint, start, &b, sink, &served);
       if (served || !st.ok()) {
         if (!IsRetryableRead(st)) return st;
-        slow = st.code() == absl::StatusCode::kDeadlineExceeded;
+        slow = IsRetry(st, RetryReason::kReadLeasePassed);
         continue;
       }
     } else {
@@ -171,7 +174,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
                           ? ReadCandidateDirect(s, key, b, start, *direct, sink)
                           : ReadCandidates(s, key, b, start, sink);
     if (!IsRetryableRead(st)) return st;
-    slow = st.code() == absl::StatusCode::kDeadlineExceeded;
+    slow = IsRetry(st, RetryReason::kReadLeasePassed);
   }
   if (slow) {
     return absl::UnavailableError(absl::StrCat(
@@ -212,8 +215,8 @@ class Prefetch {
     if (hint_.has_value() &&
         format::VerifyHeaderAndKey(
             absl::MakeConstSpan(dst_ + kBucketPairBytes, header_bytes_),
-            key_.key, key_.hash, s_.node().incarnation(), nullptr)
-            .ok()) {
+            key_.key, key_.hash, s_.node().incarnation(),
+            nullptr) == format::Verdict::kValid) {
       out_.verified_hint = hint_;
     }
     *out = out_;
@@ -298,7 +301,7 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
     uint64_t word =
         format::EncodeSlot(format::Fingerprint(key.hash), bytes, a.offset());
     absl::Status st = Publish(s, key, word, a.publish_deadline(), &p);
-    if (st.code() != absl::StatusCode::kAborted) return st;
+    if (!IsRetry(st, RetryReason::kAllocateAgain)) return st;
   }
   return absl::UnavailableError(
       "slab leases kept expiring before the value could be published; the "
@@ -314,7 +317,7 @@ absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
     absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
-    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
     if (!mine.ok()) return mine.status();
     if (mine->empty()) {
       return removed ? absl::OkStatus() : absl::NotFoundError("key not found");
@@ -344,7 +347,7 @@ absl::StatusOr<bool> KeyExists(NodeConnection& node, const KeyRef& key,
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
     absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
-    if (mine.status().code() == absl::StatusCode::kAborted) continue;
+    if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
     if (!mine.ok()) return mine.status();
     return !mine->empty();
   }

@@ -265,55 +265,60 @@ void EncodeObject(absl::Span<char> dst, absl::string_view key,
   std::memset(p + end, 0, ObjectBytes(key.size(), value.size()) - end);
 }
 
+absl::string_view VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kValid:
+      return "valid";
+    case Verdict::kOtherKey:
+      return "another key's object";
+    case Verdict::kStale:
+      return "torn, reused or from another incarnation";
+    case Verdict::kShort:
+      return "read shorter than the object";
+  }
+  return "unknown verdict";
+}
+
 namespace {
 
 // Shared by both verifiers: header sanity, incarnation, key identity.
-absl::Status CheckHeaderAndKey(absl::Span<const char> bytes,
-                               absl::string_view key, const KeyHash& hash,
-                               uint64_t incarnation, ObjectHeader* header) {
-  if (bytes.size() < kObjectHeaderBytes) {
-    return absl::OutOfRangeError("object read shorter than its header");
-  }
+Verdict CheckHeaderAndKey(absl::Span<const char> bytes, absl::string_view key,
+                          const KeyHash& hash, uint64_t incarnation,
+                          ObjectHeader* header) {
+  if (bytes.size() < kObjectHeaderBytes) return Verdict::kShort;
   ObjectHeader& h = *header;
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.magic != kObjectMagic || h.version != kFormatVersion ||
-      h.header_checksum != HeaderChecksum(h)) {
-    return absl::AbortedError("object header torn or reused; re-read index");
-  }
-  if (h.incarnation != incarnation) {
-    return absl::AbortedError("object from another node incarnation");
+      h.header_checksum != HeaderChecksum(h) || h.incarnation != incarnation) {
+    return Verdict::kStale;
   }
   if (h.key_hash_lo != hash.lo || h.key_hash_hi != hash.hi ||
       h.key_length != key.size()) {
-    return absl::NotFoundError("slot holds a different key");
+    return Verdict::kOtherKey;
   }
-  if (bytes.size() < kObjectHeaderBytes + key.size()) {
-    return absl::OutOfRangeError("object read shorter than its key");
-  }
+  if (bytes.size() < kObjectHeaderBytes + key.size()) return Verdict::kShort;
   if (std::memcmp(bytes.data() + kObjectHeaderBytes, key.data(), key.size()) !=
       0) {
-    return absl::NotFoundError("slot holds a different key with same hash");
+    return Verdict::kOtherKey;  // same hash, different key bytes
   }
-  return absl::OkStatus();
+  return Verdict::kValid;
 }
 
 }  // namespace
 
-absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
-                                absl::string_view key, const KeyHash& hash,
-                                uint64_t incarnation, ObjectHeader* header) {
+Verdict VerifyHeaderAndKey(absl::Span<const char> bytes, absl::string_view key,
+                           const KeyHash& hash, uint64_t incarnation,
+                           ObjectHeader* header) {
   ObjectHeader h;
   return CheckHeaderAndKey(bytes, key, hash, incarnation,
                            header != nullptr ? header : &h);
 }
 
-absl::Status VerifyValue(const ObjectHeader& header,
-                         absl::Span<const char> value,
-                         absl::Span<const char> digests) {
+Verdict VerifyValue(const ObjectHeader& header, absl::Span<const char> value,
+                    absl::Span<const char> digests) {
   uint64_t chunks = DigestCount(header.value_length);
   if (value.size() != header.value_length || digests.size() < 8 * chunks) {
-    return absl::OutOfRangeError(
-        "value or digests shorter than the header says");
+    return Verdict::kShort;
   }
   for (uint64_t c = 0; c < chunks; ++c) {
     size_t begin = c * kDigestChunkBytes;
@@ -322,28 +327,28 @@ absl::Status VerifyValue(const ObjectHeader& header,
     std::memcpy(&stored, digests.data() + 8 * c, 8);
     if (stored !=
         ChunkDigest(value.data() + begin, len, header.header_checksum, c)) {
-      return absl::AbortedError("object value digest mismatch; re-read");
+      return Verdict::kStale;
     }
   }
-  return absl::OkStatus();
+  return Verdict::kValid;
 }
 
-absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
-                          const KeyHash& hash, uint64_t incarnation,
-                          absl::string_view* value) {
+Verdict VerifyObject(absl::Span<const char> bytes, absl::string_view key,
+                     const KeyHash& hash, uint64_t incarnation,
+                     absl::string_view* value) {
   ObjectHeader h;
-  MESHPOOL_RETURN_IF_ERROR(
-      CheckHeaderAndKey(bytes, key, hash, incarnation, &h));
+  Verdict head = CheckHeaderAndKey(bytes, key, hash, incarnation, &h);
+  if (head != Verdict::kValid) return head;
   if (h.value_length > bytes.size() ||
       ObjectBytes(h.key_length, h.value_length) > bytes.size()) {
-    return absl::OutOfRangeError("object read shorter than the object");
+    return Verdict::kShort;
   }
   absl::Span<const char> v =
       bytes.subspan(ValueOffset(h.key_length), h.value_length);
-  MESHPOOL_RETURN_IF_ERROR(VerifyValue(
-      h, v, bytes.subspan(DigestOffset(h.key_length, h.value_length))));
-  *value = absl::string_view(v.data(), v.size());
-  return absl::OkStatus();
+  Verdict body = VerifyValue(
+      h, v, bytes.subspan(DigestOffset(h.key_length, h.value_length)));
+  if (body == Verdict::kValid) *value = absl::string_view(v.data(), v.size());
+  return body;
 }
 
 }  // namespace meshpool::format

@@ -228,34 +228,38 @@ uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
 void EncodeDigests(absl::string_view value, uint64_t header_checksum,
                    absl::Span<char> dst);
 
+// What a verifier found in bytes read from a slot. Not an error: each is a
+// normal result of reading memory that writers change under the reader.
+enum class Verdict {
+  kValid,     // the key's published object (or, for VerifyValue, its value)
+  kOtherKey,  // another key's object (fingerprint or 128-bit collision)
+  kStale,     // torn, reused, or from another incarnation: re-read the index
+  kShort,     // the bytes end before the header, key or object does
+};
+// A few words for messages and test output ("valid", "stale", ...).
+absl::string_view VerdictName(Verdict v);
+
 // Checks bytes read from a slot's offset against the key the reader wants.
-//   OK -> *value points into `bytes`.
-//   NotFound -> a different key lives there (fingerprint collision).
-//   Aborted -> torn, reused, or from another incarnation: re-read the index.
-//   OutOfRange -> `bytes` is shorter than the object (should not happen with
-//                 the slot's size bound).
-absl::Status VerifyObject(absl::Span<const char> bytes, absl::string_view key,
-                          const KeyHash& hash, uint64_t incarnation,
-                          absl::string_view* value);
+// When kValid, *value points into `bytes`. kShort should not happen when the
+// reader fetched the slot's size bound.
+Verdict VerifyObject(absl::Span<const char> bytes, absl::string_view key,
+                     const KeyHash& hash, uint64_t incarnation,
+                     absl::string_view* value);
 
 // Checks only the header and key of an object (`bytes` holds at least
-// ValueOffset(key.size()) bytes from its start): OK when it is a published
-// object of `key`; NotFound for another key; Aborted when torn or from
-// another incarnation. Enough to decide which slot holds a key, since
+// ValueOffset(key.size()) bytes from its start): kValid when it is a
+// published object of `key`. Enough to decide which slot holds a key, since
 // objects are complete before they are published.
-// When OK and `header` is not null, *header is the object's header.
-absl::Status VerifyHeaderAndKey(absl::Span<const char> bytes,
-                                absl::string_view key, const KeyHash& hash,
-                                uint64_t incarnation,
-                                ObjectHeader* header = nullptr);
+// When kValid and `header` is not null, *header is the object's header.
+Verdict VerifyHeaderAndKey(absl::Span<const char> bytes, absl::string_view key,
+                           const KeyHash& hash, uint64_t incarnation,
+                           ObjectHeader* header = nullptr);
 
 // Checks a value fetched apart from its header against the object's digests
-// (read from DigestOffset): OK, or Aborted when they disagree (torn or
-// reused: re-read), OutOfRange when the spans are shorter than the header
-// says.
-absl::Status VerifyValue(const ObjectHeader& header,
-                         absl::Span<const char> value,
-                         absl::Span<const char> digests);
+// (read from DigestOffset): kValid, kStale when they disagree (torn or
+// reused), kShort when the spans are shorter than the header says.
+Verdict VerifyValue(const ObjectHeader& header, absl::Span<const char> value,
+                    absl::Span<const char> digests);
 
 }  // namespace meshpool::format
 

@@ -247,11 +247,10 @@ bool PinTables::ObjectAt(uint64_t offset, uint64_t* bytes) const {
   const char* object = pool_ + offset;
   absl::string_view key(object + format::kObjectHeaderBytes, h.key_length);
   format::ObjectHeader verified;
-  if (!format::VerifyHeaderAndKey(
-           absl::MakeConstSpan(object, format::ValueOffset(h.key_length)), key,
-           format::KeyHash{h.key_hash_lo, h.key_hash_hi}, options_.incarnation,
-           &verified)
-           .ok()) {
+  if (format::VerifyHeaderAndKey(
+          absl::MakeConstSpan(object, format::ValueOffset(h.key_length)), key,
+          format::KeyHash{h.key_hash_lo, h.key_hash_hi}, options_.incarnation,
+          &verified) != format::Verdict::kValid) {
     return false;
   }
   if (verified.value_length > l.slab_bytes) return false;

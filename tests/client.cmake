@@ -25,3 +25,8 @@ meshpool_test(client_weights_test
 meshpool_test(client_kv_cache_test
   SOURCES client_kv_cache_test.cc
   LIBS meshpool_client meshpool_store meshpool_coordinator meshpool_rdma)
+# The client's internal retry outcomes: typed, never confused with a plain
+# Aborted.
+meshpool_test(client_kv_retry_test
+  SOURCES client_kv_retry_test.cc
+  LIBS meshpool_client)

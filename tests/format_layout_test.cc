@@ -11,8 +11,9 @@
 
 #include "format/layout.h"
 #include "gtest/gtest.h"
+#include "tests/test_seed.h"
 
-namespace meshpool::store {
+namespace meshpool::format {
 namespace {
 
 // The slot promises: the bound covers the object and over-approximates the
@@ -22,14 +23,7 @@ bool BoundIsTight(uint64_t size, uint64_t bound) {
   return bound >= size && bound * 8 <= rounded * 9;
 }
 
-// Random per run; MESHPOOL_SEED=<n> replays a printed seed.
-uint64_t TestSeed() {
-  const char* fixed = std::getenv("MESHPOOL_SEED");
-  uint64_t seed = fixed != nullptr ? std::strtoull(fixed, nullptr, 10)
-                                   : std::random_device{}();
-  std::cout << "seed=" << seed << std::endl;
-  return seed;
-}
+using testing::TestSeed;
 
 std::vector<char> Encode(absl::string_view key, absl::string_view value,
                          uint64_t incarnation) {
@@ -215,10 +209,12 @@ TEST(FormatLayout, ObjectsOfEveryShapeVerify) {
     ASSERT_EQ(bytes.size() % format::kObjectAlign, 0u);
     ASSERT_LE(bytes.size(), format::SlotSizeBound(bytes.size()));
     absl::string_view got;
-    ASSERT_TRUE(format::VerifyObject(bytes, key, format::HashKey(key), incarnation, &got).ok())
+    ASSERT_EQ(format::VerifyObject(bytes, key, format::HashKey(key), incarnation, &got),
+              format::Verdict::kValid)
         << "size=" << size;
     EXPECT_EQ(got, value) << "size=" << size;
-    EXPECT_TRUE(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), incarnation).ok());
+    EXPECT_EQ(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), incarnation),
+              format::Verdict::kValid);
   }
 }
 
@@ -241,45 +237,43 @@ TEST(FormatLayout, EveryFlippedByteOfSmallObjectIsCaught) {
       std::vector<char> bad = good;
       bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
       absl::string_view got;
-      absl::Status s = format::VerifyObject(bad, key, format::HashKey(key), incarnation, &got);
-      ASSERT_TRUE(s.code() == absl::StatusCode::kAborted ||
-                  s.code() == absl::StatusCode::kNotFound)
-          << "byte " << i << " bit " << bit << ": " << s;
+      format::Verdict v = format::VerifyObject(bad, key, format::HashKey(key), incarnation, &got);
+      ASSERT_TRUE(v == format::Verdict::kStale || v == format::Verdict::kOtherKey)
+          << "byte " << i << " bit " << bit << ": " << format::VerdictName(v);
     }
   }
 }
 
-TEST(FormatLayout, ObjectOfAnotherIncarnationIsAborted) {
+TEST(FormatLayout, ObjectOfAnotherIncarnationIsStale) {
   std::vector<char> bytes = Encode("k", "v", 1);
   absl::string_view got;
-  EXPECT_EQ(format::VerifyObject(bytes, "k", format::HashKey("k"), 2, &got).code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(format::VerifyObject(bytes, "k", format::HashKey("k"), 2, &got),
+            format::Verdict::kStale);
 }
 
-TEST(FormatLayout, DifferentKeyOfSameLengthIsNotFound) {
+TEST(FormatLayout, DifferentKeyOfSameLengthIsAnotherKey) {
   std::vector<char> bytes = Encode("key-a", "value", 1);
   absl::string_view got;
-  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-b"), 1, &got).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-b"), 1, &got),
+            format::Verdict::kOtherKey);
 }
 
-TEST(FormatLayout, SameHashButDifferentKeyBytesIsNotFound) {
+TEST(FormatLayout, SameHashButDifferentKeyBytesIsAnotherKey) {
   // A reader passing the stored key's hash with other bytes of equal length
-  // (a 128-bit collision) still gets NotFound from the byte comparison.
+  // (a 128-bit collision) is still another key's object by the byte comparison.
   std::vector<char> bytes = Encode("key-a", "value", 1);
   absl::string_view got;
-  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-a"), 1, &got).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(format::VerifyObject(bytes, "key-b", format::HashKey("key-a"), 1, &got),
+            format::Verdict::kOtherKey);
 }
 
-TEST(FormatLayout, TruncatedReadIsOutOfRange) {
+TEST(FormatLayout, TruncatedReadIsShort) {
   std::string value(5000, 'x');
   std::vector<char> bytes = Encode("k", value, 1);
   absl::string_view got;
   EXPECT_EQ(format::VerifyObject(absl::MakeSpan(bytes.data(), 1000), "k", format::HashKey("k"),
-                         1, &got)
-                .code(),
-            absl::StatusCode::kOutOfRange);
+                                 1, &got),
+            format::Verdict::kShort);
 }
 
 TEST(FormatLayout, BucketsForGivesTwoDistinctBucketsInRange) {
@@ -311,23 +305,19 @@ TEST(FormatLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
                            whole.begin() + format::DigestOffset(key.size(), size)));
 
     format::ObjectHeader header;
-    ASSERT_TRUE(format::VerifyHeaderAndKey(absl::MakeConstSpan(prefix), key,
-                                   format::HashKey(key), 9, &header)
-                    .ok());
+    ASSERT_EQ(format::VerifyHeaderAndKey(absl::MakeConstSpan(prefix), key, format::HashKey(key),
+                                         9, &header),
+              format::Verdict::kValid);
     EXPECT_EQ(header.value_length, size);
-    EXPECT_TRUE(format::VerifyValue(header, value, digests).ok());
+    EXPECT_EQ(format::VerifyValue(header, value, digests), format::Verdict::kValid);
     if (size > 0) {
       value[size / 2] ^= 1;
-      EXPECT_EQ(format::VerifyValue(header, value, digests).code(),
-                absl::StatusCode::kAborted);
+      EXPECT_EQ(format::VerifyValue(header, value, digests), format::Verdict::kStale);
     }
-    EXPECT_EQ(
-        format::VerifyValue(header, absl::string_view(value).substr(0, size / 2),
-                    digests)
-            .code(),
-        size == 0 ? absl::StatusCode::kOk : absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(format::VerifyValue(header, absl::string_view(value).substr(0, size / 2), digests),
+              size == 0 ? format::Verdict::kValid : format::Verdict::kShort);
   }
 }
 
 }  // namespace
-}  // namespace meshpool::store
+}  // namespace meshpool::format
