@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <thread>
 #include <vector>
 
@@ -14,7 +13,6 @@
 #include "absl/synchronization/notification.h"
 #include "client/client_test_peer.h"
 #include "client/node_connection.h"
-#include "coordinator/coordinator.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
@@ -24,6 +22,8 @@
 #include "rdma/rdma.h"
 #include "rdma/sim.h"
 #include "store/store.h"
+#include "tests/sim_cluster.h"
+#include "tests/test_seed.h"
 
 namespace meshpool {
 namespace {
@@ -127,22 +127,17 @@ class KvCacheSimTest : public ::testing::Test {
   static constexpr uint64_t kSlab = 1 << 20;
 
   void SetUp() override {
-    seed_ = std::random_device()();
-    std::cout << "seed=" << seed_ << std::endl;
-    fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = coordinator::Coordinator::Start({});
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = *std::move(coordinator);
+    auto cluster = testing::SimCluster::Start(testing::TestSeed());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    fabric_ = &cluster_->fabric();
   }
-  void TearDown() override { fabric_->SetBeforeExecute(nullptr); }
 
   void StartNodes(int n, uint64_t capacity = kCapacity) {
     for (int i = 0; i < n; ++i) {
       store::NodeOptions o;
-      o.coordinator = coordinator_->address();
       o.capacity_bytes = capacity;
       o.slab_bytes = kSlab;
-      o.huge_pages = false;
       o.node_id = absl::StrCat("node-", i);
       // Short leases: evicted memory comes back fast, and a dead client's
       // session lapses within the test.
@@ -150,26 +145,23 @@ class KvCacheSimTest : public ::testing::Test {
       o.max_read_lease = absl::Milliseconds(200);
       o.reclaim_interval = absl::Milliseconds(20);
       o.session_lease = absl::Seconds(1);
-      auto node = store::Node::Start(o, fabric_->CreateTransport(o.node_id));
+      auto node = cluster_->AddNode(o);
       ASSERT_TRUE(node.ok()) << node.status();
-      nodes_.push_back(*std::move(node));
+      nodes_.push_back(*node);
     }
   }
 
   std::unique_ptr<Client> Connect(const std::string& name, int threads = 4) {
-    ClientOptions options;
-    options.coordinator = coordinator_->address();
-    options.op_timeout = absl::Seconds(2);
+    ClientOptions options = testing::SimCluster::DefaultClientOptions();
     options.batch_threads = threads;
-    auto client =
-        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
+    auto client = cluster_->Connect(name, options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
 
   // Keys whose home is node `node` in the current map.
   std::vector<std::string> KeysOn(int node, int count, absl::string_view tag) {
-    auto cc = placement::CoordinatorClient::Connect(coordinator_->address(),
+    auto cc = placement::CoordinatorClient::Connect(cluster_->address(),
                                                     absl::Seconds(3));
     EXPECT_TRUE(cc.ok());
     auto map = (*cc)->GetClusterMap();
@@ -211,10 +203,9 @@ class KvCacheSimTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
-  uint64_t seed_;
-  std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<coordinator::Coordinator> coordinator_;
-  std::vector<std::unique_ptr<store::Node>> nodes_;
+  std::unique_ptr<testing::SimCluster> cluster_;
+  rdma::SimFabric* fabric_ = nullptr;
+  std::vector<store::Node*> nodes_;
 };
 
 TEST_F(KvCacheSimTest, PrefixMatchCountsOnlyLeadingPresentKeys) {

@@ -16,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/client_test_peer.h"
 #include "client/region.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
@@ -30,6 +29,8 @@
 #include "rdma/sim.h"
 #include "rdma/tcp.h"
 #include "store/store.h"
+#include "tests/sim_cluster.h"
+#include "tests/test_seed.h"
 
 namespace meshpool {
 namespace {
@@ -43,41 +44,31 @@ std::string NodeName(int i) { return std::string("node-") + char('a' + i); }
 class RegionSimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    seed_ = std::random_device()();
-    std::cout << "seed=" << seed_ << std::endl;
+    seed_ = testing::TestSeed();
     rng_.seed(seed_);
-    fabric_ = rdma::SimFabric::Create(seed_);
     coordinator::CoordinatorOptions copts;
     copts.heartbeat_interval = absl::Milliseconds(100);
     copts.dead_after = absl::Milliseconds(600);
-    auto coordinator = coordinator::Coordinator::Start(std::move(copts));
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = *std::move(coordinator);
+    auto cluster = testing::SimCluster::Start(seed_, std::move(copts));
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    fabric_ = &cluster_->fabric();
     for (int i = 0; i < kNodes; ++i) {
       store::NodeOptions options;
-      options.coordinator = coordinator_->address();
       options.capacity_bytes = 16 << 20;
       options.slab_bytes = kSlabBytes;
-      options.huge_pages = false;
       options.node_id = NodeName(i);
-      auto node =
-          store::Node::Start(options, fabric_->CreateTransport(NodeName(i)));
+      auto node = cluster_->AddNode(options);
       ASSERT_TRUE(node.ok()) << node.status();
-      nodes_.push_back(*std::move(node));
+      nodes_.push_back(*node);
     }
     a_ = Connect("client-a");
     b_ = Connect("client-b");
     ASSERT_NE(a_, nullptr);
     ASSERT_NE(b_, nullptr);
   }
-  void TearDown() override { fabric_->SetBeforeExecute(nullptr); }
-
   std::unique_ptr<Client> Connect(const std::string& name) {
-    ClientOptions options;
-    options.coordinator = coordinator_->address();
-    options.op_timeout = absl::Seconds(2);
-    auto client =
-        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
+    auto client = cluster_->Connect(name);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -119,9 +110,9 @@ class RegionSimTest : public ::testing::Test {
 
   uint64_t seed_;
   std::mt19937_64 rng_;
-  std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<coordinator::Coordinator> coordinator_;
-  std::vector<std::unique_ptr<store::Node>> nodes_;
+  std::unique_ptr<testing::SimCluster> cluster_;  // before the clients
+  rdma::SimFabric* fabric_ = nullptr;
+  std::vector<store::Node*> nodes_;
   std::unique_ptr<Client> a_, b_;
 };
 
@@ -372,7 +363,7 @@ TEST_F(RegionSimTest, VerifyHasEveryCopyHashedOnItsNode) {
   // Change one byte of the second copy of stripe 2, in its node's memory:
   // reads (served by the first copy) do not notice, Verify does.
   auto coordinator =
-      placement::CoordinatorClient::Connect(coordinator_->address());
+      placement::CoordinatorClient::Connect(cluster_->address());
   ASSERT_TRUE(coordinator.ok());
   auto info = (*coordinator)->GetRegion("verified");
   ASSERT_TRUE(info.ok()) << info.status();

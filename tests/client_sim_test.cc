@@ -19,6 +19,8 @@
 #include "rdma/sim.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
+#include "tests/sim_cluster.h"
+#include "tests/test_seed.h"
 
 namespace meshpool {
 namespace {
@@ -28,36 +30,27 @@ constexpr char kNodeName[] = "node-a";
 class ClientSimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    seed_ = std::random_device()();
-    std::cout << "seed=" << seed_ << std::endl;
-    fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = coordinator::Coordinator::Start({});
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = *std::move(coordinator);
+    auto cluster = testing::SimCluster::Start(testing::TestSeed());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    fabric_ = &cluster_->fabric();
     store::NodeOptions options;
-    options.coordinator = coordinator_->address();
     options.capacity_bytes = 16 << 20;
     options.slab_bytes = 1 << 20;
-    options.huge_pages = false;
     Configure(options);
-    auto node = store::Node::Start(options, fabric_->CreateTransport(kNodeName));
+    auto node = cluster_->AddNode(options, kNodeName);
     ASSERT_TRUE(node.ok()) << node.status();
-    node_ = *std::move(node);
+    node_ = *node;
     a_ = Connect("client-a");
     b_ = Connect("client-b");
     ASSERT_NE(a_, nullptr);
     ASSERT_NE(b_, nullptr);
   }
-  void TearDown() override { fabric_->SetBeforeExecute(nullptr); }
   // Lets a derived fixture change the node's options.
   virtual void Configure(store::NodeOptions& options) {}
 
   std::unique_ptr<Client> Connect(const std::string& name) {
-    ClientOptions options;
-    options.coordinator = coordinator_->address();
-    options.op_timeout = absl::Seconds(2);
-    auto client =
-        ClientTestPeer::ConnectThrough(options, fabric_->CreateTransport(name));
+    auto client = cluster_->Connect(name);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -82,10 +75,9 @@ class ClientSimTest : public ::testing::Test {
            wr.length != format::kBucketBytes && wr.length != 8;
   }
 
-  uint64_t seed_;
-  std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<coordinator::Coordinator> coordinator_;
-  std::unique_ptr<store::Node> node_;
+  std::unique_ptr<testing::SimCluster> cluster_;  // before the clients
+  rdma::SimFabric* fabric_ = nullptr;
+  store::Node* node_ = nullptr;
   std::unique_ptr<Client> a_, b_;
   std::atomic<bool> in_hook_{false};
   std::atomic<int> fired_{0};

@@ -5,14 +5,11 @@
 #include <atomic>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/client_test_peer.h"
-#include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
@@ -21,6 +18,8 @@
 #include "rdma/sim.h"
 #include "store/store.h"
 #include "tests/safetensors_writer.h"
+#include "tests/sim_cluster.h"
+#include "tests/test_seed.h"
 
 namespace meshpool {
 namespace {
@@ -44,28 +43,19 @@ SafetensorsTensor T(std::string name, DType dtype, std::vector<uint64_t> shape) 
 class WeightsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    seed_ = std::random_device()();
-    std::cout << "seed=" << seed_ << std::endl;
-    fabric_ = rdma::SimFabric::Create(seed_);
-    auto coordinator = coordinator::Coordinator::Start({});
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = *std::move(coordinator);
+    seed_ = testing::TestSeed();
+    auto cluster = testing::SimCluster::Start(seed_);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    fabric_ = &cluster_->fabric();
     for (int i = 0; i < kNodes; ++i) {
       store::NodeOptions options;
-      options.coordinator = coordinator_->address();
       options.capacity_bytes = 24 << 20;
       options.slab_bytes = 1 << 20;
-      options.huge_pages = false;
-      auto node = store::Node::Start(
-          options, fabric_->CreateTransport(absl::StrCat("node-", i)));
+      auto node = cluster_->AddNode(options);  // endpoint node-<i>
       ASSERT_TRUE(node.ok()) << node.status();
-      nodes_.push_back(*std::move(node));
     }
-    ClientOptions options;
-    options.coordinator = coordinator_->address();
-    options.op_timeout = absl::Seconds(2);
-    auto client = ClientTestPeer::ConnectThrough(
-        options, fabric_->CreateTransport("client"));
+    auto client = cluster_->Connect("client");
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     ASSERT_FALSE(dir_.path().empty());
@@ -118,9 +108,8 @@ class WeightsTest : public ::testing::Test {
 
   uint64_t seed_;
   ScopedTempDir dir_;
-  std::shared_ptr<rdma::SimFabric> fabric_;
-  std::unique_ptr<coordinator::Coordinator> coordinator_;
-  std::vector<std::unique_ptr<store::Node>> nodes_;
+  std::unique_ptr<testing::SimCluster> cluster_;  // before the client
+  rdma::SimFabric* fabric_ = nullptr;
   std::unique_ptr<Client> client_;
 };
 

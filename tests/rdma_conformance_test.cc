@@ -30,6 +30,7 @@
 #include "rdma/sim.h"
 #include "rdma/tcp.h"
 #include "rdma/verbs.h"
+#include "tests/test_seed.h"
 #include "tests/verbs_test_util.h"
 
 namespace meshpool::rdma {
@@ -40,13 +41,7 @@ constexpr size_t kExtraNodeBytes = 4096;  // a second node region's memory
 constexpr size_t kLocalBytes = 40 << 20;  // the client's registered arena
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-uint64_t TestSeed() {
-  if (const char* env = std::getenv("MESHPOOL_TEST_SEED")) {
-    return std::strtoull(env, nullptr, 10);
-  }
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd();
-}
+using testing::TestSeed;
 
 // One backend under test: a node transport that serves memory and a client
 // transport that reaches it.
@@ -292,7 +287,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "verbs") MESHPOOL_SKIP_WITHOUT_VERBS();
     seed_ = TestSeed();
-    std::cout << "backend=" << GetParam() << " seed=" << seed_ << std::endl;
+    std::cout << "backend=" << GetParam() << std::endl;
     rng_.seed(seed_);
     backend_ = Factories().at(GetParam())(seed_);
     ASSERT_NE(backend_, nullptr);
