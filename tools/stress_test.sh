@@ -7,7 +7,8 @@
 # (defaults: N=20, J=4). Stops at the first failing repetition of a test and
 # prints it. --vm runs the Soft-RoCE VM suite instead (label vm, serially,
 # N defaults to 3). The build directory must be built already (tools/test.sh
-# or tools/build.sh); default: build/.
+# or tools/build.sh); default: build/. Do not rebuild BUILD_DIR meanwhile: a
+# binary relinked under a running test fails it for nothing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 vm=false
