@@ -52,7 +52,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["meshpool"],
+    packages=["meshpool", "meshpool.integrations"],
     package_data={"meshpool": ["py.typed", "*.pyi"]},
     ext_modules=[Extension("meshpool._meshpool", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_meshpool, m) {
   meshpool::python::BindClient(m);
   meshpool::python::BindRegions(m);
   meshpool::python::BindKvCache(m);
+  meshpool::python::BindWeights(m);
 }

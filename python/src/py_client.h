@@ -227,6 +227,7 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
 void BindClient(py::module_& m);
 void BindRegions(py::module_& m);
 void BindKvCache(py::module_& m);
+void BindWeights(py::module_& m);
 
 }  // namespace meshpool::python
 

@@ -21,6 +21,7 @@ cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import pathlib, sys
 import meshpool
+import meshpool.integrations.lmcache, meshpool.integrations.sglang
 from meshpool import _meshpool
 where = pathlib.Path(meshpool.__file__).resolve()
 assert "site-packages" in where.parts, where
