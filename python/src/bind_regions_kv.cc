@@ -13,27 +13,7 @@
 namespace meshpool::python {
 namespace {
 
-// A region opened through a client; holds the client open-able (a closed
-// client makes every call raise FailedPrecondition).
-class PyRegion {
- public:
-  PyRegion(std::shared_ptr<PyClient> client, std::unique_ptr<Region> region)
-      : client_(std::move(client)), region_(std::move(region)) {}
-  ~PyRegion() {
-    // The region's handle refers to the client's internals.
-    py::gil_scoped_release release;
-    region_.reset();
-  }
-  const Region& region() const { return *region_; }
-  template <typename F>
-  auto Call(F&& fn) {
-    return client_->Call([&](Client&) { return fn(*region_); });
-  }
-
- private:
-  std::shared_ptr<PyClient> client_;
-  std::unique_ptr<Region> region_;
-};
+using PyRegion = ClientBound<Region>;
 
 py::object Described(const RegionDescription& d) {
   py::object ns = py::module_::import("types").attr("SimpleNamespace");
@@ -96,14 +76,12 @@ void BindRegionClass(py::module_& m) {
       m, "Region",
       "A named region of pooled memory, striped across nodes (and "
       "replicated when created so). Offsets are bytes from its start.")
-      .def_property_readonly("name",
-                             [](PyRegion& r) { return r.region().name(); })
-      .def_property_readonly("size",
-                             [](PyRegion& r) { return r.region().size(); })
-      .def_property_readonly(
-          "stripe_bytes", [](PyRegion& r) { return r.region().stripe_bytes(); })
+      .def_property_readonly("name", [](PyRegion& r) { return r.get().name(); })
+      .def_property_readonly("size", [](PyRegion& r) { return r.get().size(); })
+      .def_property_readonly("stripe_bytes",
+                             [](PyRegion& r) { return r.get().stripe_bytes(); })
       .def_property_readonly("replicas",
-                             [](PyRegion& r) { return r.region().replicas(); })
+                             [](PyRegion& r) { return r.get().replicas(); })
       .def(
           "read_into",
           [](PyRegion& r, uint64_t offset, const py::handle& buffer) {

@@ -15,27 +15,7 @@
 namespace meshpool::python {
 namespace {
 
-// An opened model; holds its client (a closed client makes reads raise
-// FailedPrecondition).
-class PyWeightStore {
- public:
-  PyWeightStore(std::shared_ptr<PyClient> client,
-                std::unique_ptr<WeightStore> store)
-      : client_(std::move(client)), store_(std::move(store)) {}
-  ~PyWeightStore() {
-    py::gil_scoped_release release;
-    store_.reset();
-  }
-  const WeightStore& store() const { return *store_; }
-  template <typename F>
-  auto Call(F&& fn) {
-    return client_->Call([&](Client&) { return fn(*store_); });
-  }
-
- private:
-  std::shared_ptr<PyClient> client_;
-  std::unique_ptr<WeightStore> store_;
-};
+using PyWeightStore = ClientBound<WeightStore>;
 
 py::object Namespace() {
   return py::module_::import("types").attr("SimpleNamespace");
@@ -79,12 +59,11 @@ void BindWeights(py::module_& m) {
           },
           py::arg("client"), py::arg("model"))
       .def_property_readonly(
-          "info",
-          [](PyWeightStore& s) { return ModelObject(s.store().info()); })
+          "info", [](PyWeightStore& s) { return ModelObject(s.get().info()); })
       .def("tensors",
            [](PyWeightStore& s) {
              py::list out;
-             for (const TensorInfo& t : s.store().Tensors()) {
+             for (const TensorInfo& t : s.get().Tensors()) {
                out.append(TensorObject(t));
              }
              return out;
@@ -92,7 +71,7 @@ void BindWeights(py::module_& m) {
       .def(
           "tensor",
           [](PyWeightStore& s, const std::string& name) {
-            return TensorObject(*ValueOrRaise(s.store().Find(name)));
+            return TensorObject(*ValueOrRaise(s.get().Find(name)));
           },
           py::arg("name"))
       .def(

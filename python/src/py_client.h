@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -221,6 +222,32 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
   bool stopping_ ABSL_GUARDED_BY(done_mu_) = false;
   std::vector<py::object> drained_;  // completed futures; GIL
   std::thread completer_;
+};
+
+// Something opened through a client (a Region, a WeightStore): keeps the
+// client object alive, and calls through PyClient::Call, so a closed client
+// makes every call raise FailedPrecondition. T's handle may outlive the C++
+// client (it holds the client's shared core). REQUIRES: destroyed with the
+// GIL held (released while T goes).
+template <typename T>
+class ClientBound {
+ public:
+  ClientBound(std::shared_ptr<PyClient> client, std::unique_ptr<T> object)
+      : client_(std::move(client)), object_(std::move(object)) {}
+  ~ClientBound() {
+    py::gil_scoped_release release;
+    object_.reset();
+  }
+  const T& get() const { return *object_; }
+  // Runs fn(T&) as PyClient::Call runs its function.
+  template <typename F>
+  auto Call(F&& fn) {
+    return client_->Call([&](Client&) { return fn(*object_); });
+  }
+
+ private:
+  std::shared_ptr<PyClient> client_;
+  std::unique_ptr<T> object_;
 };
 
 // Module sections, each in its own file.
