@@ -4,7 +4,8 @@ by side with the C++ kv_compare against the same cluster in the same run.
 
     bench/py_kv.py [--build DIR] [--block-sizes 16KiB,256KiB,2MiB]
                    [--threads 4] [--batch 32] [--seconds 3]
-                   [--working-set 256MiB] [--shm] [--json FILE] [--smoke]
+                   [--working-set 256MiB] [--repeat 1] [--shm] [--json FILE]
+                   [--smoke]
 
 Starts a local cluster (a coordinator and --nodes nodes of the build's
 `meshpool`, over TCP; --shm lets them serve this host over shared memory),
@@ -91,8 +92,10 @@ def python_run(meshpool, address: str, block: int, threads: int, batch: int,
     rounds = [0]
 
     def worker(t: int) -> None:
-        put = np.zeros(batch * block, dtype=np.uint8)
-        get = np.zeros(batch * block, dtype=np.uint8)
+        # As kv_compare's buffers: faulted in before timing (it maps them
+        # MAP_POPULATE), the PUT buffer filled with varied bytes.
+        put = np.random.default_rng(t).integers(0, 256, batch * block, dtype=np.uint8)
+        get = np.ones(batch * block, dtype=np.uint8)
         with client.register_buffer(put) as pr, client.register_buffer(get) as gr:
             put_pairs = [(pr.address + i * block, block) for i in range(batch)]
             get_pairs = [(gr.address + i * block, block) for i in range(batch)]
@@ -166,6 +169,15 @@ def cpp_run(kv_compare: Path, address: str, block: int, threads: int, batch: int
     return rows[0]
 
 
+def median_run(runs: list) -> dict:
+    """Per rate, the median over repetitions."""
+    out = {}
+    for k in ("put_gb_s", "get_gb_s", "put_blocks_s", "get_blocks_s"):
+        values = sorted(r[k] for r in runs)
+        out[k] = values[len(values) // 2]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=str(ROOT / "build"))
@@ -176,13 +188,16 @@ def main() -> int:
     ap.add_argument("--working-set", type=parse_size, default=parse_size("256MiB"))
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--capacity", default="2GiB")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each per block size, alternating which goes first; "
+                         "the medians are compared")
     ap.add_argument("--shm", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
     if a.smoke:
         a.block_sizes, a.seconds, a.working_set = "16KiB,256KiB", 0.3, parse_size("16MiB")
-        a.nodes, a.capacity, a.batch = 2, "128MiB", 8
+        a.nodes, a.capacity, a.batch, a.repeat = 2, "128MiB", 8, 2
     build = Path(a.build).resolve()
     sys.path.insert(0, str(build / "python"))
     import meshpool  # the build's package
@@ -198,17 +213,28 @@ def main() -> int:
         tmp = build / "py_kv"
         tmp.mkdir(exist_ok=True)
         for block in sizes:
-            cpp = cpp_run(kv_compare, cluster.address, block, a.threads, a.batch,
-                          a.seconds, a.working_set, tmp)
-            py = python_run(meshpool, cluster.address, block, a.threads, a.batch,
-                            a.seconds, a.working_set)
+            cpps, pys = [], []
+            for rep in range(a.repeat):
+                # Alternate which goes first, so neither always runs on a
+                # cluster the other just warmed (or filled).
+                order = ("cpp", "py") if rep % 2 == 0 else ("py", "cpp")
+                for which in order:
+                    if which == "cpp":
+                        cpps.append(cpp_run(kv_compare, cluster.address, block, a.threads,
+                                            a.batch, a.seconds, a.working_set, tmp))
+                    else:
+                        pys.append(python_run(meshpool, cluster.address, block, a.threads,
+                                              a.batch, a.seconds, a.working_set))
+            cpp, py = median_run(cpps), median_run(pys)
             rows.append({"block_bytes": block, "cpp": cpp, "python": py,
+                         "cpp_runs": cpps, "python_runs": pys,
                          "put_ratio": py["put_gb_s"] / cpp["put_gb_s"],
                          "get_ratio": py["get_gb_s"] / cpp["get_gb_s"]})
     finally:
         cluster.stop()
     print(f"py_kv: {a.threads} threads, batch {a.batch}, {a.nodes} nodes over "
-          f"{'tcp + same-host shm' if a.shm else 'tcp'}, {a.seconds} s per run")
+          f"{'tcp + same-host shm' if a.shm else 'tcp'}, {a.seconds} s per run, "
+          f"median of {a.repeat}")
     print(f"{'block':>8} {'C++ put':>9} {'Py put':>9} {'ratio':>6} "
           f"{'C++ get':>9} {'Py get':>9} {'ratio':>6}   (GB/s)")
     for r in rows:
