@@ -93,6 +93,12 @@ bool PyClient::closed() {
 }
 
 void PyClient::Close() {
+  if (std::this_thread::get_id() == completer_.get_id()) {
+    // It would wait for the batch whose callback is calling it.
+    Raise(absl::FailedPreconditionError(
+        "close() called from an async batch's done-callback; close the "
+        "client from another thread"));
+  }
   {
     py::gil_scoped_release release;
     mu_.WriterLock();  // waits for calls in flight

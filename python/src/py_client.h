@@ -176,7 +176,11 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
   }
 
   // Unregisters every buffer, waits for every asynchronous batch, stops
-  // the completion thread and disconnects. Idempotent. REQUIRES: the GIL.
+  // the completion thread and disconnects. Idempotent. FailedPrecondition
+  // (raised) when called from a Future's done-callback (they run on the
+  // completion thread). REQUIRES: the GIL, and that a done-callback never
+  // drops the last reference to its client.
+  // (The destructor closes too, and would then wait on itself.)
   void Close();
   bool closed();
 

@@ -150,3 +150,32 @@ def test_close_waits_for_async_batches(cluster):
     c.close()
     assert all(f.done() for f in futures)
     assert all(f.result() == [None] for f in futures)
+
+
+def test_close_from_a_done_callback_is_refused(client):
+    import threading
+    import time
+
+    seen = []
+
+    def callback(future):
+        if threading.current_thread() is threading.main_thread():
+            return  # the batch was done before the callback was added
+        try:
+            client.close()
+        except meshpool.FailedPrecondition as e:
+            seen.append(e)
+
+    for attempt in range(20):  # until a callback runs on the completion thread
+        future = client.batch_put_from_async([f"cb-close-{attempt}"], [os.urandom(1 << 20)])
+        future.add_done_callback(callback)
+        future.result(timeout=30)
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline and not future.done():
+            time.sleep(0.01)
+        time.sleep(0.05)
+        if seen:
+            break
+    assert seen, "no done-callback ran on the completion thread in 20 tries"
+    assert "done-callback" in str(seen[0])
+    assert not client.closed
