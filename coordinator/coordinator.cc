@@ -1,12 +1,14 @@
 // Coordinator: wires Membership, the region table, the gRPC server and the
 // reaper thread.
+#include "coordinator/coordinator.h"
+
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/file_state.h"
 #include "coordinator/membership.h"
 #include "coordinator/region_table.h"
 
@@ -42,8 +44,33 @@ std::string ReachableHost(const std::string& listen) {
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.state == nullptr) {
-    absl::Time now = EnvOrDefault(options.env)->Now();
-    options.state = NewInMemoryCoordinatorState({}, FirstRegionIdAt(now));
+    Env* env = EnvOrDefault(options.env);
+    const uint64_t first_id = FirstRegionIdAt(env->Now());
+    if (options.state_dir.empty()) {
+      options.state = NewInMemoryCoordinatorState({}, first_id);
+    } else {
+      FileStateOptions file;
+      file.dir = options.state_dir;
+      file.first_region_id = first_id;
+      file.env = env;
+      FileStateLoad load;
+      MESHPOOL_ASSIGN_OR_RETURN(options.state,
+                                OpenFileCoordinatorState(file, &load));
+      env->Log(
+          "coordinator",
+          load.fresh
+              ? absl::StrCat("state in ", options.state_dir,
+                             " is empty (new, or never changed)")
+              : absl::StrCat("state loaded from ", options.state_dir,
+                             " (generation ", load.generation, ", ",
+                             load.records_replayed, " changes replayed",
+                             load.dropped_tail_bytes == 0
+                                 ? std::string()
+                                 : absl::StrCat(", a torn tail of ",
+                                                load.dropped_tail_bytes,
+                                                " bytes from a crash dropped"),
+                             ")"));
+    }
   }
   if (options.region_nodes == nullptr) options.region_nodes = NewGrpcRegionNodes();
   // The region table shares the state Membership owns (and outlives it).

@@ -45,7 +45,11 @@ struct CoordinatorOptions {
   // Clock (heartbeats, deaths, region stamps) and log sink; not owned,
   // must outlive the coordinator. Null: Env::Default().
   Env* env = nullptr;
-  std::unique_ptr<CoordinatorState> state;       // null -> in-memory state
+  // Where the state lives: `state` when set; else, when `state_dir` is
+  // set, a durable state in that directory (coordinator/file_state.h: every
+  // acknowledged change survives a crash or restart); else memory only.
+  std::unique_ptr<CoordinatorState> state;
+  std::string state_dir;
   // How the region table reaches memory nodes; null -> gRPC to each node's
   // control address (tests pass a fake).
   std::unique_ptr<RegionNodes> region_nodes;
@@ -63,7 +67,8 @@ class Coordinator {
   // Validates the options (InvalidArgument: heartbeat_interval must be > 0
   // and < dead_after), binds options.listen and starts serving.
   // FailedPrecondition when the address cannot be bound (in use, or not a
-  // local address); Unavailable when the state cannot be read.
+  // local address); Unavailable when the state cannot be read; DataLoss
+  // (naming the file and offset) when state_dir holds corrupt state.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
   ~Coordinator();  // Shutdown()
   Coordinator(const Coordinator&) = delete;

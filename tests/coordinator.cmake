@@ -5,3 +5,8 @@ meshpool_test(coordinator_test
   SOURCES coordinator_test.cc coordinator_region_table_test.cc
           coordinator_state_test.cc
   LIBS meshpool_coordinator)
+# The durable state: its files under torn writes and corruption, what
+# survives a reopen, compaction.
+meshpool_test(coordinator_file_state_test
+  SOURCES coordinator_file_state_test.cc
+  LIBS meshpool_coordinator)

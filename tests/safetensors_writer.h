@@ -34,35 +34,13 @@
 #include "common/common.h"
 #include "common/json.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace meshpool::testing {
 
 using client_internal::DType;
 using client_internal::SafetensorsTensor;
 using Metadata = std::vector<std::pair<std::string, std::string>>;
-
-// A fresh directory under gtest's temp dir, removed (recursively) when this
-// goes away. path() is empty when mkdtemp failed (the test then fails on
-// its first file write).
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string pattern = ::testing::TempDir();
-    if (pattern.empty() || pattern.back() != '/') pattern += '/';
-    pattern += "meshpool_st_XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ScopedTempDir(const ScopedTempDir&) = delete;
-  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
-  ~ScopedTempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // splitmix64: a good 64-bit mix, used as a counter-mode generator.
 inline uint64_t Mix64(uint64_t x) {

@@ -47,10 +47,15 @@ int RunCoordinator(int argc, char** argv) {
   flags.Define("listen", "127.0.0.1:7070", "address to serve on (port 0: any)");
   flags.Define("heartbeat-interval", "500ms", "how often nodes heartbeat");
   flags.Define("dead-after", "3s", "declare a silent node dead after this");
+  flags.Define("state-dir", "",
+               "keep the state (regions, model names, node incarnations and "
+               "fences) in this directory, so a restart or crash loses no "
+               "acknowledged change (default: memory only)");
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
   options.env = StderrEnv();
   options.listen = flags.Get("listen");
+  options.state_dir = flags.Get("state-dir");
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
   if (!interval.ok()) return Fail("coordinator", interval.status());

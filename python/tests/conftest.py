@@ -32,16 +32,9 @@ class Cluster:
             raise RuntimeError(f"no meshpool binary at {BIN}: build the project "
                                "first, or set MESHPOOL_BIN")
         self.procs: List[subprocess.Popen] = []
-        coordinator = subprocess.Popen(
-            [BIN, "coordinator", "--listen", "127.0.0.1:0",
-             *(coordinator_args or [])],
-            stdout=subprocess.PIPE, stderr=None, text=True)
-        self.procs.append(coordinator)
-        line = coordinator.stdout.readline()
-        if ":" not in line:
-            self.stop()
-            raise RuntimeError(f"the coordinator did not start: {line!r}")
-        self.address = line.split()[-1]
+        self.coordinator_args = list(coordinator_args or [])
+        self.address = "127.0.0.1:0"
+        self.start_coordinator()
         self.nodes: List[subprocess.Popen] = []
         for i in range(nodes):
             node = subprocess.Popen(
@@ -52,6 +45,23 @@ class Cluster:
             self.procs.append(node)
             self.nodes.append(node)
         self.wait_alive(nodes)
+
+    def start_coordinator(self) -> None:
+        """Starts the coordinator (again: on the same address)."""
+        coordinator = subprocess.Popen(
+            [BIN, "coordinator", "--listen", self.address, *self.coordinator_args],
+            stdout=subprocess.PIPE, stderr=None, text=True)
+        self.procs.append(coordinator)
+        self.coordinator = coordinator
+        line = coordinator.stdout.readline()
+        if ":" not in line:
+            self.stop()
+            raise RuntimeError(f"the coordinator did not start: {line!r}")
+        self.address = line.split()[-1]
+
+    def kill_coordinator(self) -> None:
+        self.coordinator.send_signal(signal.SIGKILL)
+        self.coordinator.wait()
 
     def wait_alive(self, count: int, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
