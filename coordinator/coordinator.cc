@@ -80,9 +80,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
       Membership::Create(std::move(options.state), options.dead_after, options.env));
+  const absl::Duration reconcile_every = options.reconcile_every.value_or(
+      options.state_dir.empty() ? absl::ZeroDuration() : kDefaultReconcileEvery);
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(membership), std::move(options.region_nodes),
-                      std::move(regions), options.heartbeat_interval / 2));
+                      std::move(regions), options.heartbeat_interval / 2, reconcile_every,
+                      EnvOrDefault(options.env)));
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator->server_,
       CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
@@ -94,8 +97,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
 
 Coordinator::Coordinator(std::unique_ptr<Membership> membership,
                          std::unique_ptr<RegionNodes> region_nodes,
-                         std::unique_ptr<RegionTable> regions, absl::Duration reap_every)
+                         std::unique_ptr<RegionTable> regions, absl::Duration reap_every,
+                         absl::Duration reconcile_every, Env* env)
     : reap_every_(reap_every),
+      reconcile_every_(reconcile_every),
+      env_(env),
       membership_(std::move(membership)),
       region_nodes_(std::move(region_nodes)),
       regions_(std::move(regions)) {}
@@ -131,13 +137,22 @@ void Coordinator::Wait() { done_.WaitForNotification(); }
 absl::StatusOr<int> Coordinator::Reap() { return membership_->Reap(); }
 
 // Reap errors (a state that cannot be read now) are retried next round.
+// Reconciliation waits a full period after start, so every node has
+// heartbeated (and reported its regions) to this process first.
 void Coordinator::ReaperLoop() {
+  const bool reconcile =
+      reconcile_every_ > absl::ZeroDuration() && reconcile_every_ != absl::InfiniteDuration();
+  absl::Time last_reconcile = env_->Now();
   while (true) {
     {
       absl::MutexLock lock(&reaper_mu_);
       if (reaper_mu_.AwaitWithTimeout(absl::Condition(&reaper_stop_), reap_every_)) return;
     }
     (void)Reap();
+    if (reconcile && env_->Now() - last_reconcile >= reconcile_every_) {
+      regions_->Reconcile();
+      last_reconcile = env_->Now();
+    }
   }
 }
 

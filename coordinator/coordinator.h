@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,9 @@
 
 namespace meshpool::coordinator {
 
+// RegionTable::Reconcile's period with a durable state (see below).
+inline constexpr absl::Duration kDefaultReconcileEvery = absl::Seconds(10);
+
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks one
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to nodes
@@ -50,6 +54,12 @@ struct CoordinatorOptions {
   // acknowledged change survives a crash or restart); else memory only.
   std::unique_ptr<CoordinatorState> state;
   std::string state_dir;
+  // How often the region table frees region memory that nodes report and
+  // no region holds (RegionTable::Reconcile: what a create left behind when
+  // a coordinator died mid-way). Unset: every kDefaultReconcileEvery with
+  // state_dir, never otherwise (an in-memory table forgets regions clients
+  // may still use). Zero or infinite: never.
+  std::optional<absl::Duration> reconcile_every;
   // How the region table reaches memory nodes; null -> gRPC to each node's
   // control address (tests pass a fake).
   std::unique_ptr<RegionNodes> region_nodes;
@@ -93,13 +103,16 @@ class Coordinator {
  private:
   friend class CoordinatorTestPeer;
   Coordinator(std::unique_ptr<Membership> membership, std::unique_ptr<RegionNodes> region_nodes,
-              std::unique_ptr<RegionTable> regions, absl::Duration reap_every);
+              std::unique_ptr<RegionTable> regions, absl::Duration reap_every,
+              absl::Duration reconcile_every, Env* env);
 
   // Declares nodes silent for dead_after dead, now. Returns how many.
   absl::StatusOr<int> Reap();
   void ReaperLoop();
 
   const absl::Duration reap_every_;
+  const absl::Duration reconcile_every_;  // zero or infinite: never
+  Env* const env_;
   std::string listen_host_;
   // Teardown order: the reaper and server stop (in Shutdown) before the
   // region table and membership they use are destroyed; the table uses the

@@ -85,7 +85,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionR
                                                    "; pick another name or delete it first"));
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
-    creating_.insert(name);
+    creating_.emplace(name, 0);
   }
   size_t live = 0;
   absl::StatusOr<proto::RegionInfo> info;
@@ -210,6 +210,10 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
   }
   MESHPOOL_ASSIGN_OR_RETURN(const uint64_t region_id, state_->NextRegionId());
   info.set_region_id(region_id);
+  {
+    absl::MutexLock lock(&mu_);
+    creating_[name] = region_id;  // Reconcile leaves its memory alone
+  }
   MESHPOOL_RETURN_IF_ERROR(Allocate(info, nodes, copies));
   // The client decodes it the same way; a region it could not decode must
   // never be recorded.
@@ -352,6 +356,40 @@ absl::StatusOr<std::vector<proto::RegionInfo>> RegionTable::List(absl::string_vi
     for (proto::RegionExtent& extent : *info.mutable_extents()) extent.clear_slab_offsets();
   }
   return regions;
+}
+
+size_t RegionTable::Reconcile() {
+  absl::StatusOr<proto::ClusterMap> map = state_->Snapshot();
+  if (!map.ok()) return 0;
+  std::set<uint64_t> keep;
+  {
+    // The table and the creates in progress at one instant: a region
+    // recorded later was in `creating_` now, so it is kept either way.
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::vector<proto::RegionInfo>> regions = state_->ListRegions("");
+    if (!regions.ok()) return 0;
+    for (const proto::RegionInfo& r : *regions) keep.insert(r.region_id());
+    for (const auto& [name, id] : creating_) keep.insert(id);
+  }
+  std::vector<std::pair<const proto::NodeInfo*, uint64_t>> leaked;
+  for (const proto::NodeEntry& entry : map->nodes()) {
+    if (entry.state() != proto::NODE_ALIVE) continue;
+    for (uint64_t id : entry.stats().region_ids()) {
+      if (keep.count(id) == 0) leaked.emplace_back(&entry.info(), id);
+    }
+  }
+  ParallelFor(leaked.size(), [&](size_t i) {
+    const proto::NodeInfo& node = *leaked[i].first;
+    proto::FreeRegionRequest request;
+    request.set_region_id(leaked[i].second);
+    request.set_incarnation(node.incarnation());
+    absl::Status freed = nodes_->Free(node, request);
+    Log(absl::StrCat("region id ", leaked[i].second, " on node ", node.node_id(),
+                     " is in no region of the table (left by a create the coordinator "
+                     "did not finish): ",
+                     freed.ok() ? "freed" : absl::StrCat("freeing failed: ", freed.ToString())));
+  });
+  return leaked.size();
 }
 
 }  // namespace meshpool::coordinator

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -125,6 +126,15 @@ class RegionTable {
   // slab_offsets and stripe_extents.
   absl::StatusOr<std::vector<proto::RegionInfo>> List(absl::string_view prefix) const;
 
+  // Frees, on each live node, the regions its last heartbeat reported
+  // (NodeStats.region_ids) that the table does not hold and no create in
+  // progress is allocating: memory a create left behind when the
+  // coordinator died between allocating and recording it. Only sound when
+  // the table is durable (a restarted in-memory table knows no region, and
+  // clients may still use theirs). Returns how many frees it asked for;
+  // each is logged. Idempotent (a node frees an unknown region as OK).
+  size_t Reconcile();
+
  private:
   struct Candidate;  // a live node that answered, with its free stripes
 
@@ -151,7 +161,8 @@ class RegionTable {
   Env* const env_;
   // Serialises each read-decide-write sequence on the region table.
   mutable absl::Mutex mu_;
-  std::set<std::string, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
+  // Creates in progress: name -> region id (0 until one is assigned).
+  std::map<std::string, uint64_t, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshpool::coordinator

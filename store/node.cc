@@ -525,6 +525,7 @@ proto::NodeStats NodeImpl::Stats() const {
   s.set_index_slots(c.index_slots);
   s.set_slabs_evicted(c.evicted);
   s.set_objects_evicted(c.objects_evicted);
+  for (uint64_t id : slabs_->RegionIds()) s.add_region_ids(id);
   pins_->FillStats(&s);
   return s;
 }

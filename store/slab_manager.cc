@@ -241,6 +241,15 @@ uint64_t SlabManager::FreeRegion(uint64_t region_id) {
   return held;
 }
 
+std::vector<uint64_t> SlabManager::RegionIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, region] : regions_) {
+    if (!region.freed) ids.push_back(id);
+  }
+  return ids;
+}
+
 void SlabManager::SealExpiredLocked(absl::Time now) {
   for (Slab& s : slabs_) {
     if (s.state == SlabState::kGranted && now >= s.lease_end) {

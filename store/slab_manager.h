@@ -174,6 +174,10 @@ class SlabManager {
   // Returns how many slabs the region held; 0 for a region unknown here.
   uint64_t FreeRegion(uint64_t region_id);
 
+  // The regions holding slabs here (allocated or being zeroed; not freed),
+  // in increasing id order.
+  std::vector<uint64_t> RegionIds() const;
+
   // One reclamation pass: seals expired leases, scans every index slot and
   // frees SEALED slabs unreferenced at two passes >= grace() apart. The node
   // runs it every reclaim interval; tests call it directly.

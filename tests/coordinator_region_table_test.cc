@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "coordinator/coordinator_state.h"
@@ -55,6 +57,12 @@ class FakeNodes final : public RegionNodes {
     uint64_t slabs = 0;
     for (const auto& [region, n] : nodes_[id].held) slabs += n;
     return slabs;
+  }
+  std::vector<uint64_t> HeldIds(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> ids;
+    for (const auto& [region, n] : nodes_[id].held) ids.push_back(region);
+    return ids;
   }
   int frees() {
     absl::MutexLock lock(&mu_);
@@ -414,6 +422,59 @@ TEST_F(RegionTableTest, FreeFailuresAreLoggedNotReturned) {
   ASSERT_EQ(env_.logged().size(), 1u);
   EXPECT_THAT(env_.logged()[0], HasSubstr("n2"));
   EXPECT_EQ(table_.Get("r").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---- Reconciliation ------------------------------------------------------------
+
+class ReconcileTest : public RegionTableTest {
+ protected:
+  // What each node's heartbeat would report: the regions it holds.
+  void Heartbeat(const std::string& id) {
+    proto::NodeStats stats;
+    for (uint64_t region : nodes_.HeldIds(id)) stats.add_region_ids(region);
+    ASSERT_TRUE(state_->RecordHeartbeat(id, 1, stats).ok());
+  }
+  void HeartbeatAll() {
+    for (const char* id : {"n1", "n2", "n3"}) Heartbeat(id);
+  }
+};
+
+TEST_F(ReconcileTest, FreesOnlyRegionsTheTableDoesNotHold) {
+  ASSERT_TRUE(table_.Create(Request("w/kept", 8 * kMiB)).ok());
+  const uint64_t kept = HeldEverywhere();
+  // A create the previous coordinator never recorded left id 77 on n2.
+  nodes_.With("n2", [](FakeNodes::Node& n) {
+    n.held[77] = 3;
+    n.free_slabs -= 3;
+  });
+  HeartbeatAll();
+  EXPECT_EQ(table_.Reconcile(), 1u);
+  EXPECT_EQ(HeldEverywhere(), kept) << "only the leaked slabs were freed";
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(env_.logged(), "\n"), "region id 77 on node n2"));
+  HeartbeatAll();
+  EXPECT_EQ(table_.Reconcile(), 0u);
+  // Dead nodes are left alone (their memory is gone with them).
+  nodes_.With("n3", [](FakeNodes::Node& n) { n.held[78] = 1; });
+  Heartbeat("n3");
+  ASSERT_TRUE(state_->MarkDead("n3").ok());
+  EXPECT_EQ(table_.Reconcile(), 0u);
+}
+
+TEST_F(ReconcileTest, LeavesACreateInProgressAlone) {
+  nodes_.Stall();
+  absl::StatusOr<proto::RegionInfo> created;
+  std::thread create([&] { created = table_.Create(Request("w/slow", 8 * kMiB)); });
+  nodes_.AwaitStalledCall();
+  // A node reports part of it already (another Allocate may have landed).
+  proto::NodeStats stats;
+  stats.add_region_ids(1);
+  ASSERT_TRUE(state_->RecordHeartbeat("n1", 1, stats).ok());
+  const int frees = nodes_.frees();
+  EXPECT_EQ(table_.Reconcile(), 0u) << "id 1 is being created";
+  EXPECT_EQ(nodes_.frees(), frees);
+  nodes_.Release();
+  create.join();
+  ASSERT_TRUE(created.ok()) << created.status();
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ int RunCoordinator(int argc, char** argv) {
                "keep the state (regions, model names, node incarnations and "
                "fences) in this directory, so a restart or crash loses no "
                "acknowledged change (default: memory only)");
+  flags.Define("reconcile-every", "10s",
+               "with --state-dir: how often to free region memory nodes "
+               "report that no region holds (left by a create a crash cut "
+               "short)");
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
   options.env = StderrEnv();
@@ -62,6 +66,9 @@ int RunCoordinator(int argc, char** argv) {
   if (!dead.ok()) return Fail("coordinator", dead.status());
   options.heartbeat_interval = *interval;
   options.dead_after = *dead;
+  auto reconcile = flags.GetDuration("reconcile-every");
+  if (!reconcile.ok()) return Fail("coordinator", reconcile.status());
+  if (!options.state_dir.empty()) options.reconcile_every = *reconcile;
   BlockStopSignals();
   auto coordinator = coordinator::Coordinator::Start(std::move(options));
   if (!coordinator.ok()) return Fail("coordinator", coordinator.status());

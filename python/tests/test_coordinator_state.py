@@ -109,3 +109,29 @@ def test_every_acknowledged_create_survives_a_kill_at_a_random_moment(durable):
     assert killed_after > 0, "no create finished before the kill"
     missing = [n for n in acknowledged if n not in names]
     assert missing == [], f"acknowledged but lost: {missing[:5]} (seed {seed})"
+
+
+def test_a_durable_coordinator_frees_region_memory_its_table_does_not_know(tmp_path):
+    # Regions made under a coordinator without durable state are unknown to
+    # the durable one that replaces it: their slabs are what a crashed create
+    # leaves behind, and reconciliation frees them.
+    c = Cluster(nodes=2)
+    try:
+        with c.client() as client:
+            client.create_region("orphan", 4 << 20, stripe_bytes=1 << 20)
+            assert wait_for(lambda: sum(n.slabs_region for n in client.status().nodes) > 0)
+        c.kill_coordinator()
+        c.coordinator_args = ["--state-dir", str(tmp_path / "state"),
+                              "--reconcile-every", "300ms"]
+        c.start_coordinator()
+        c.wait_alive(2)
+        with c.client() as client:
+            assert client.list_regions("") == []
+            assert wait_for(lambda: sum(n.slabs_region for n in client.status().nodes) == 0), \
+                "the orphaned region's slabs were not freed"
+            # A region made now is kept.
+            client.create_region("kept", 4096)
+            time.sleep(1.0)
+            assert sum(n.slabs_region for n in client.status().nodes) > 0
+    finally:
+        c.stop()
