@@ -86,11 +86,20 @@ void PyClient::RaiseClosed() {
       "the client is closed; create a new meshpool.Client"));
 }
 
-bool PyClient::closed() {
-  py::gil_scoped_release release;
-  absl::ReaderMutexLock lock(&mu_);
-  return client_ == nullptr;
+bool PyClient::LockOpen() {
+  // Readers get mu_ at once unless Close() holds or waits for it.
+  while (!closing_.load(std::memory_order_acquire)) {
+    if (mu_.ReaderTryLock()) {
+      if (client_ != nullptr) return true;
+      mu_.ReaderUnlock();
+      return false;
+    }
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  return false;
 }
+
+bool PyClient::closed() { return closing_.load(std::memory_order_acquire); }
 
 void PyClient::Close() {
   if (std::this_thread::get_id() == completer_.get_id()) {
@@ -99,13 +108,10 @@ void PyClient::Close() {
         "close() called from an async batch's done-callback; close the "
         "client from another thread"));
   }
+  if (closing_.exchange(true)) return;  // closed, or closing on another thread
   {
     py::gil_scoped_release release;
-    mu_.WriterLock();  // waits for calls in flight
-  }
-  if (client_ == nullptr) {
-    mu_.WriterUnlock();
-    return;
+    mu_.WriterLock();  // waits for calls in flight; new ones see closing_
   }
   {
     // Batches in flight still use registered memory and their buffers: let
@@ -216,13 +222,15 @@ py::object PyClient::Submit(std::unique_ptr<AsyncBatch> batch) {
   bool open = true;
   {
     py::gil_scoped_release release;
-    absl::ReaderMutexLock lock(&mu_);
-    if (client_ == nullptr) {
+    if (!LockOpen()) {
       open = false;
-    } else if (b->get) {
-      client_->BatchGetAsync(Views(b->keys), b->outs, on_done);
     } else {
-      client_->BatchPutAsync(Views(b->keys), b->values, on_done);
+      ReaderRelease unlock{mu_};
+      if (b->get) {
+        client_->BatchGetAsync(Views(b->keys), b->outs, on_done);
+      } else {
+        client_->BatchPutAsync(Views(b->keys), b->values, on_done);
+      }
     }
   }
   if (!open) {

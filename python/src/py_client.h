@@ -156,8 +156,8 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
       bool open = false;
       {
         py::gil_scoped_release release;
-        absl::ReaderMutexLock lock(&mu_);
-        if (client_ != nullptr) {
+        if (LockOpen()) {
+          ReaderRelease unlock{mu_};
           open = true;
           fn(*client_);
         }
@@ -167,8 +167,10 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
       std::optional<R> result;
       {
         py::gil_scoped_release release;
-        absl::ReaderMutexLock lock(&mu_);
-        if (client_ != nullptr) result.emplace(fn(*client_));
+        if (LockOpen()) {
+          ReaderRelease unlock{mu_};
+          result.emplace(fn(*client_));
+        }
       }
       if (!result.has_value()) RaiseClosed();
       return *std::move(result);
@@ -202,12 +204,23 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
   [[noreturn]] static void RaiseClosed();
 
  private:
+  // Takes mu_ shared and returns true while the client is open; false (not
+  // holding it) once Close() has begun. Never blocks behind Close(): a
+  // done-callback calling the client while Close() waits for its batch gets
+  // "closed" instead of a deadlock.
+  bool LockOpen() ABSL_SHARED_TRYLOCK_FUNCTION(true, mu_);
+  // Releases a shared hold LockOpen took, however the scope ends.
+  struct ReaderRelease {
+    absl::Mutex& mu;
+    ~ReaderRelease() { mu.ReaderUnlock(); }
+  };
   PyClient(std::unique_ptr<Client> client, int event_fd);
   void CompletionLoop();
   // Sets the future of a finished batch. REQUIRES: the GIL.
   void Complete(std::unique_ptr<AsyncBatch> batch);
 
   absl::Mutex mu_;  // shared: a call in flight; exclusive: Close()
+  std::atomic<bool> closing_{false};  // set first thing in Close()
   std::unique_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
   const int event_fd_;
 

@@ -179,3 +179,32 @@ def test_close_from_a_done_callback_is_refused(client):
     assert seen, "no done-callback ran on the completion thread in 20 tries"
     assert "done-callback" in str(seen[0])
     assert not client.closed
+
+
+def test_a_done_callback_calling_the_client_during_close_gets_closed_not_a_deadlock(cluster):
+    import threading
+    import time
+
+    for attempt in range(20):
+        c = cluster.client()
+        seen = []
+
+        def callback(future, c=c):
+            if threading.current_thread() is threading.main_thread():
+                return  # done before the callback was added: try again
+            time.sleep(0.2)  # close() is waiting for this batch by now
+            try:
+                c.exists("anything")
+                seen.append("answered")
+            except meshpool.FailedPrecondition as e:
+                seen.append(e)
+
+        future = c.batch_put_from_async([f"cb-during-close-{attempt}"], [os.urandom(4 << 20)])
+        future.add_done_callback(callback)
+        started = time.monotonic()
+        c.close()  # must not wait forever on the callback's call
+        assert time.monotonic() - started < 30
+        if seen:
+            break
+    assert seen, "no done-callback ran on the completion thread in 20 tries"
+    assert isinstance(seen[0], meshpool.FailedPrecondition), seen[0]
