@@ -267,8 +267,10 @@ int RunUp(int argc, char** argv) {
               "Runs a local cluster in the foreground: a coordinator and N "
               "memory nodes, each its own process on 127.0.0.1 (verbs when "
               "an RDMA device is active, else TCP). Prints the coordinator "
-              "address; Ctrl-C stops all.");
+              "address; Ctrl-C stops all. A node that dies is reported and "
+              "the cluster serves on without it.");
   DefineClusterFlags(flags, "7070");
+  flags.DefineBool("restart-nodes", "start a memory node again when it dies");
   if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
   if (!options.ok()) return Fail("up", options.status());
@@ -284,7 +286,12 @@ int RunUp(int argc, char** argv) {
       FormatSize(options->capacity_bytes).c_str(),
       (*cluster)->coordinator_address().c_str());
   std::fflush(stdout);
-  std::string why = (*cluster)->WaitForStop();
+  std::string why = (*cluster)->WaitForStop(
+      [](const std::string& event) {
+        std::printf("%s\n", event.c_str());
+        std::fflush(stdout);
+      },
+      flags.GetBool("restart-nodes"));
   std::printf("%s\n", why.c_str());
   (*cluster)->Stop();
   return 0;

@@ -85,6 +85,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     if (n < 0) return ErrnoToStatus(errno, "readlink /proc/self/exe");
     binary.assign(buf, n);
   }
+  cluster->binary_ = binary;
+  cluster->quiet_ = options.quiet;
   // The coordinator prints its bound address as its first stdout line.
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
@@ -126,6 +128,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     args.insert(args.end(), options.node_args.begin(), options.node_args.end());
     MESHPOOL_ASSIGN_OR_RETURN(pid_t node, Spawn(binary, args, -1, options.quiet));
     cluster->nodes_.push_back(node);
+    cluster->node_args_.push_back(std::move(args));
   }
   // Wait until every node registered.
   MESHPOOL_ASSIGN_OR_RETURN(
@@ -159,7 +162,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
 LocalCluster::~LocalCluster() { Stop(); }
 
-std::string LocalCluster::WaitForStop() {
+std::string LocalCluster::WaitForStop(
+    const std::function<void(const std::string&)>& report, bool restart_nodes) {
   // Poll children while waiting for a signal.
   sigset_t set;
   sigemptyset(&set);
@@ -169,16 +173,31 @@ std::string LocalCluster::WaitForStop() {
   while (true) {
     int sig = sigtimedwait(&set, nullptr, &tick);
     if (sig > 0) return absl::StrCat("stopping on signal ", sig);
-    std::vector<pid_t> all = nodes_;
-    all.push_back(coordinator_pid_);
-    for (pid_t p : all) {
-      int status;
-      if (p > 0 && waitpid(p, &status, WNOHANG) == p) {
-        if (p == coordinator_pid_) coordinator_pid_ = -1;
-        for (pid_t& n : nodes_) if (n == p) n = -1;
-        return absl::StrCat("process ", p, " ended (", ExitDescription(status),
-                            "); stopping the cluster");
+    int status;
+    if (coordinator_pid_ > 0 && waitpid(coordinator_pid_, &status, WNOHANG) == coordinator_pid_) {
+      coordinator_pid_ = -1;
+      return absl::StrCat("the coordinator ended (", ExitDescription(status),
+                          "); stopping the cluster");
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      pid_t p = nodes_[i];
+      if (p <= 0 || waitpid(p, &status, WNOHANG) != p) continue;
+      nodes_[i] = -1;
+      const std::string name = absl::StrCat("node-", i + 1);
+      if (!restart_nodes) {
+        report(absl::StrCat("memory node ", name, " (pid ", p, ") ended (",
+                            ExitDescription(status),
+                            "); the cluster serves on without it (--restart-nodes "
+                            "starts dead nodes again)"));
+        continue;
       }
+      absl::StatusOr<pid_t> again = Spawn(binary_, node_args_[i], -1, quiet_);
+      if (again.ok()) nodes_[i] = *again;
+      report(absl::StrCat("memory node ", name, " (pid ", p, ") ended (", ExitDescription(status),
+                          "); ",
+                          again.ok() ? absl::StrCat("restarted as pid ", *again)
+                                     : absl::StrCat("restarting it failed: ",
+                                                    again.status().ToString())));
     }
   }
 }

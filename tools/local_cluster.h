@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,17 +40,24 @@ class LocalCluster {
 
   const std::string& coordinator_address() const { return coordinator_; }
   const std::vector<pid_t>& node_pids() const { return nodes_; }
-  // Blocks until SIGINT/SIGTERM or until a child exits on its own; returns a
-  // description of why.
-  std::string WaitForStop();
+  // Blocks until SIGINT/SIGTERM or until the coordinator exits on its own;
+  // returns a description of why. A memory node that exits is reported
+  // through `report` and the cluster serves on without it (its keys read
+  // as misses, its region stripes from other copies), or, with
+  // `restart_nodes`, is started again under the same id (a new incarnation).
+  std::string WaitForStop(const std::function<void(const std::string&)>& report,
+                          bool restart_nodes);
   // SIGTERM to every child, then SIGKILL after a grace period; reaps them.
   void Stop();
 
  private:
   LocalCluster() = default;
+  std::string binary_;
+  bool quiet_ = true;
   std::string coordinator_;
   pid_t coordinator_pid_ = -1;
   std::vector<pid_t> nodes_;
+  std::vector<std::vector<std::string>> node_args_;  // to restart node i
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread (call before starting any

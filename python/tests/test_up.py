@@ -1,0 +1,96 @@
+"""`meshpool up` as a user runs it: a node that dies is reported and the
+cluster serves on (or, with --restart-nodes, the node comes back)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import meshpool
+from conftest import BIN
+
+
+def start_up(*extra):
+    up = subprocess.Popen([BIN, "up", "--nodes", "2", "--port", "0", "--capacity", "64MiB",
+                           "--transport", "tcp", *extra],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = []
+    for _ in range(20):  # the nodes' own lines, then the banner
+        line = up.stdout.readline()
+        seen.append(line)
+        m = re.search(r"meshpool cluster up: coordinator (\S+),", line)
+        if m:
+            return up, m.group(1)
+    up.kill()
+    pytest.fail(f"meshpool up printed {seen!r}")
+
+
+def read_until(up, needle):
+    """The first line of up's output containing `needle`."""
+    for _ in range(50):
+        line = up.stdout.readline()
+        if needle in line or not line:
+            return line
+    return ""
+
+
+def node_pid(address, node_id):
+    out = subprocess.run(["pgrep", "-f", f"node --coordinator {address} .*--node-id {node_id}"],
+                         capture_output=True, text=True).stdout.split()
+    assert len(out) == 1, f"pgrep found {out}"
+    return int(out[0])
+
+
+def node_states(address):
+    with meshpool.Client(address) as c:
+        return {n.node_id: n.alive for n in c.status().nodes}
+
+
+def node_address(address, node_id):
+    with meshpool.Client(address) as c:
+        return {n.node_id: (n.alive, n.transport_address) for n in c.status().nodes}[node_id]
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["serves-on", "restart-nodes"])
+def test_up_survives_a_dead_node(restart):
+    up, address = start_up(*(["--restart-nodes"] if restart else []))
+    try:
+        with meshpool.Client(address) as c:
+            c.put("before", b"1")
+        victim = node_pid(address, "node-2")
+        _, old_transport = node_address(address, "node-2")
+        os.kill(victim, signal.SIGKILL)
+        line = read_until(up, f"(pid {victim})")
+        assert "node-2" in line, line
+        assert up.poll() is None, "meshpool up stopped with its node"
+        if restart:
+            assert "restarted as pid" in line, line
+            assert wait_for(lambda: node_pid(address, "node-2") != victim)
+            assert wait_for(lambda: node_address(address, "node-2")[0] and
+                            node_address(address, "node-2")[1] != old_transport), \
+                "the restarted node did not register"
+        else:
+            assert "serves on without it" in line, line
+            assert wait_for(lambda: node_states(address).get("node-2") is False, 30), \
+                "the dead node was never declared dead"
+            assert node_states(address)["node-1"] is True
+        with meshpool.Client(address) as c:  # the cluster still serves
+            c.put("after", b"2")
+            assert c.get("after") == b"2"
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=30)
