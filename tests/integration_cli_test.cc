@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration_util.h"
 #include "tests/shell_util.h"
+#include "tests/temp_dir.h"
 
 namespace meshpool {
 namespace {
@@ -30,14 +31,16 @@ class CliTest : public ::testing::Test {
     options.capacity_bytes = 64 << 20;
     cluster_ = testing::StartCluster(options);
     ASSERT_NE(cluster_, nullptr);
-    dir_ = ::testing::TempDir();
+    ASSERT_FALSE(dir_.path().empty());
   }
   std::string Meshpool(const std::string& args) const {
     return absl::StrCat(MESHPOOL_BINARY, " ", args, " --coordinator ",
                         cluster_->coordinator_address());
   }
   std::unique_ptr<tools::LocalCluster> cluster_;
-  std::string dir_;
+  // Its own directory: the tcp and shm copies of this suite (and repeats)
+  // run at once, and a shared file name let one test read another's file.
+  testing::ScopedTempDir dir_;
 };
 
 TEST_F(CliTest, PutAndGetMoveAOneMiBFileByteForByte) {
@@ -46,7 +49,7 @@ TEST_F(CliTest, PutAndGetMoveAOneMiBFileByteForByte) {
   std::mt19937_64 rng(seed);
   std::string data(1 << 20, '\0');
   for (char& c : data) c = static_cast<char>(rng());
-  std::string in = dir_ + "/cli_in.bin", out = dir_ + "/cli_out.bin";
+  std::string in = dir_.path() + "/cli_in.bin", out = dir_.path() + "/cli_out.bin";
   std::ofstream(in, std::ios::binary) << data;
 
   ShellResult put = Shell(Meshpool("put model.bin " + in));
