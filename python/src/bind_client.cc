@@ -140,53 +140,23 @@ void BindRegistration(py::module_& m) {
       .def("__exit__", [](PyRegistration& r, py::args) { r.Close(); });
 }
 
-}  // namespace
+using ClientClass = py::class_<PyClient, std::shared_ptr<PyClient>>;
 
-void BindClient(py::module_& m) {
-  BindStatusTypes(m);
-  BindRegistration(m);
-  m.def(
-      "_binding_copied_bytes", [] { return BindingCopiedBytes().load(); },
-      "Bytes the binding itself copied between Python objects and the "
-      "client (for tests proving the zero-copy calls add none).");
-
-  py::class_<PyClient, std::shared_ptr<PyClient>>(m, "_Client")
-      .def(py::init([](const std::string& coordinator, double op_timeout,
-                       double connect_timeout, int batch_threads,
-                       int max_verify_retries,
-                       std::vector<std::string> rdma_devices, int gid_index) {
-             ClientOptions o;
-             o.coordinator = coordinator;
-             o.op_timeout = Seconds(op_timeout, "op_timeout");
-             o.connect_timeout = Seconds(connect_timeout, "connect_timeout");
-             o.batch_threads = batch_threads;
-             o.max_verify_retries = max_verify_retries;
-             o.rdma.devices = std::move(rdma_devices);
-             o.rdma.gid_index = gid_index;
-             return PyClient::Connect(std::move(o));
-           }),
-           py::arg("coordinator"), py::kw_only(), py::arg("op_timeout") = 5.0,
-           py::arg("connect_timeout") = 3.0, py::arg("batch_threads") = 4,
-           py::arg("max_verify_retries") = 16,
-           py::arg("rdma_devices") = std::vector<std::string>{},
-           py::arg("gid_index") = -1)
-      .def("close", &PyClient::Close,
-           "Waits for asynchronous batches, unregisters every buffer and "
-           "disconnects. Idempotent; later calls raise FailedPrecondition.")
-      .def_property_readonly("closed", &PyClient::closed)
-      .def(
-          "put",
-          [](PyClient& c, const py::handle& key, const py::handle& value) {
-            std::string k = KeyFrom(key);
-            std::vector<PyMemory> one;
-            one.push_back(PyMemory::From(value, false, "value"));
-            c.CheckRaw(one);
-            ThrowIfError(
-                c.Call([&](Client& cl) { return cl.Put(k, one[0].view()); }));
-          },
-          py::arg("key"), py::arg("value"),
-          "Stores `value` (any bytes-like object or CPU tensor) under `key` "
-          "(str or bytes), replacing what was there.")
+// Single-key calls and buffer registration.
+void BindKvCalls(ClientClass& c) {
+  c.def(
+       "put",
+       [](PyClient& c, const py::handle& key, const py::handle& value) {
+         std::string k = KeyFrom(key);
+         std::vector<PyMemory> one;
+         one.push_back(PyMemory::From(value, false, "value"));
+         c.CheckRaw(one);
+         ThrowIfError(
+             c.Call([&](Client& cl) { return cl.Put(k, one[0].view()); }));
+       },
+       py::arg("key"), py::arg("value"),
+       "Stores `value` (any bytes-like object or CPU tensor) under `key` "
+       "(str or bytes), replacing what was there.")
       .def(
           "get",
           [](PyClient& c, const py::handle& key) {
@@ -233,22 +203,26 @@ void BindClient(py::module_& m) {
       .def("register_buffer", &PyClient::Register, py::arg("obj"),
            "Registers a writable C-contiguous buffer (bytearray, mmap, NumPy "
            "array, CPU torch.Tensor) for zero-copy batches; returns a "
-           "RegisteredBuffer. Registered ranges must not overlap.")
-      .def(
-          "batch_put_from",
-          [](PyClient& c, const py::handle& keys, const py::handle& buffers) {
-            std::vector<std::string> k = KeysFrom(keys);
-            std::vector<PyMemory> mem = MemoryFrom(buffers, false, k.size());
-            c.CheckRaw(mem);
-            std::vector<absl::string_view> values;
-            for (const PyMemory& m : mem) values.push_back(m.view());
-            return PutResults(c.Call(
-                [&](Client& cl) { return cl.BatchPut(Views(k), values); }));
-          },
-          py::arg("keys"), py::arg("buffers"),
-          "Stores buffers[i] under keys[i]. Buffers are buffer objects or "
-          "(address, length) pairs inside registered memory. Returns one "
-          "entry per key: None, or the meshpool.Error for that key.")
+           "RegisteredBuffer. Registered ranges must not overlap.");
+}
+
+// Batched and asynchronous calls, and the completion fd.
+void BindBatchCalls(ClientClass& c) {
+  c.def(
+       "batch_put_from",
+       [](PyClient& c, const py::handle& keys, const py::handle& buffers) {
+         std::vector<std::string> k = KeysFrom(keys);
+         std::vector<PyMemory> mem = MemoryFrom(buffers, false, k.size());
+         c.CheckRaw(mem);
+         std::vector<absl::string_view> values;
+         for (const PyMemory& m : mem) values.push_back(m.view());
+         return PutResults(
+             c.Call([&](Client& cl) { return cl.BatchPut(Views(k), values); }));
+       },
+       py::arg("keys"), py::arg("buffers"),
+       "Stores buffers[i] under keys[i]. Buffers are buffer objects or "
+       "(address, length) pairs inside registered memory. Returns one "
+       "entry per key: None, or the meshpool.Error for that key.")
       .def(
           "batch_get_into",
           [](PyClient& c, const py::handle& keys, const py::handle& buffers) {
@@ -296,20 +270,64 @@ void BindClient(py::module_& m) {
           "own event loop).")
       .def("drain_completions", &PyClient::DrainCompletions,
            "The Futures of batches completed since the last drain, oldest "
-           "first (each already has its result); clears event_fd.")
-      .def(
-          "status",
-          [](PyClient& c) {
-            return ValueOrRaise(c.Call([](Client& cl) { return cl.Status(); }));
-          },
-          "The cluster map with fresh per-node statistics (a control-plane "
-          "call per node: for tools, not the data path).")
+           "first (each already has its result); clears event_fd.");
+}
+
+// The cluster's status.
+void BindStatusCalls(ClientClass& c) {
+  c.def(
+       "status",
+       [](PyClient& c) {
+         return ValueOrRaise(c.Call([](Client& cl) { return cl.Status(); }));
+       },
+       "The cluster map with fresh per-node statistics (a control-plane "
+       "call per node: for tools, not the data path).")
       .def_property_readonly(
           "map_epoch",
           [](PyClient& c) {
             return c.Call([](Client& cl) { return cl.map_epoch(); });
           },
           "Epoch of the cluster map this client uses.");
+}
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  BindStatusTypes(m);
+  BindRegistration(m);
+  m.def(
+      "_binding_copied_bytes", [] { return BindingCopiedBytes().load(); },
+      "Bytes the binding itself copied between Python objects and the "
+      "client (for tests proving the zero-copy calls add none).");
+
+  py::class_<PyClient, std::shared_ptr<PyClient>> client(m, "_Client");
+  client
+      .def(py::init([](const std::string& coordinator, double op_timeout,
+                       double connect_timeout, int batch_threads,
+                       int max_verify_retries,
+                       std::vector<std::string> rdma_devices, int gid_index) {
+             ClientOptions o;
+             o.coordinator = coordinator;
+             o.op_timeout = Seconds(op_timeout, "op_timeout");
+             o.connect_timeout = Seconds(connect_timeout, "connect_timeout");
+             o.batch_threads = batch_threads;
+             o.max_verify_retries = max_verify_retries;
+             o.rdma.devices = std::move(rdma_devices);
+             o.rdma.gid_index = gid_index;
+             return PyClient::Connect(std::move(o));
+           }),
+           py::arg("coordinator"), py::kw_only(), py::arg("op_timeout") = 5.0,
+           py::arg("connect_timeout") = 3.0, py::arg("batch_threads") = 4,
+           py::arg("max_verify_retries") = 16,
+           py::arg("rdma_devices") = std::vector<std::string>{},
+           py::arg("gid_index") = -1)
+      .def("close", &PyClient::Close,
+           "Waits for asynchronous batches, unregisters every buffer and "
+           "disconnects. Idempotent; later calls raise FailedPrecondition.")
+      .def_property_readonly("closed", &PyClient::closed);
+  BindKvCalls(client);
+  BindBatchCalls(client);
+  BindStatusCalls(client);
 }
 
 }  // namespace meshpool::python

@@ -213,7 +213,7 @@ void BindRegionCalls(py::class_<PyClient, std::shared_ptr<PyClient>>& c) {
           "size, stripe_bytes, replicas, nodes, created (Unix seconds).");
 }
 
-void BindKvCalls(py::class_<PyClient, std::shared_ptr<PyClient>>& c) {
+void BindKvCacheCalls(py::class_<PyClient, std::shared_ptr<PyClient>>& c) {
   c.def(
        "prefix_match",
        [](PyClient& self, const py::handle& keys, const py::object& pin_ttl) {
@@ -272,11 +272,12 @@ void BindRegions(py::module_& m) {
       py::reinterpret_borrow<py::class_<PyClient, std::shared_ptr<PyClient>>>(
           m.attr("_Client"));
   BindRegionCalls(client);
-  BindKvCalls(client);
+  BindKvCacheCalls(client);
 }
 
-void BindKvCache(py::module_& m) {
-  m.attr("HARD_PIN") = py::float_(INFINITY);
+namespace {
+
+void BindBlockKeyChain(py::module_& m) {
   py::class_<BlockKeyChain>(
       m, "BlockKeyChain",
       "Keys for a token sequence's KV blocks, one per full block: each "
@@ -304,6 +305,13 @@ void BindKvCache(py::module_& m) {
                              "Every completed block's key, in order.")
       .def_property_readonly("pending_tokens", &BlockKeyChain::pending_tokens,
                              "Tokens waiting for their block to fill.");
+}
+
+}  // namespace
+
+void BindKvCache(py::module_& m) {
+  m.attr("HARD_PIN") = py::float_(INFINITY);
+  BindBlockKeyChain(m);
   m.def(
       "block_keys",
       [](const py::handle& tokens, const std::string& model, uint32_t tp_rank,

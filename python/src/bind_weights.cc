@@ -48,7 +48,9 @@ PyMemory Writable(const py::handle& buffer) {
 
 }  // namespace
 
-void BindWeights(py::module_& m) {
+namespace {
+
+void BindWeightStore(py::module_& m) {
   py::class_<PyWeightStore>(m, "_WeightStore")
       .def_static(
           "open",
@@ -99,7 +101,10 @@ void BindWeights(py::module_& m) {
           },
           py::arg("name"), py::arg("begin"), py::arg("end"), py::arg("buffer"),
           py::arg("verify") = false);
+}
 
+// Loading, listing and removing models.
+void BindModelCalls(py::module_& m) {
   m.def(
       "_load_safetensors",
       [](std::shared_ptr<PyClient> client, const std::string& model,
@@ -146,6 +151,13 @@ void BindWeights(py::module_& m) {
             client->Call([&](Client& c) { return RemoveModel(c, model); }));
       },
       py::arg("client"), py::arg("model"));
+}
+
+}  // namespace
+
+void BindWeights(py::module_& m) {
+  BindWeightStore(m);
+  BindModelCalls(m);
 }
 
 }  // namespace meshpool::python
