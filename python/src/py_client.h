@@ -53,7 +53,7 @@ T ValueOrRaise(absl::StatusOr<T> v) {
 }
 
 // Bytes the binding itself copied between Python objects and C++ buffers
-// (get() building its bytes object, put() of a non-contiguous source...).
+// (get() and Region.read() building their bytes objects).
 // The zero-copy calls never add to it; tests read it to prove that.
 std::atomic<uint64_t>& BindingCopiedBytes();
 
