@@ -247,4 +247,18 @@ absl::StatusOr<std::vector<RegionDescription>> ListRegions(
                                       prefix);
 }
 
+const char* RegionHealthName(RegionHealthState state) {
+  switch (state) {
+    case RegionHealthState::kHealthy:
+      return "healthy";
+    case RegionHealthState::kDegraded:
+      return "degraded";
+    case RegionHealthState::kLost:
+      return "lost";
+    case RegionHealthState::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 }  // namespace meshpool

@@ -36,10 +36,24 @@ struct ExtentOwner {
   uint64_t incarnation = 0;
 };
 
-// Per extent, the connection to its node process while the cluster map
-// shows that process alive (null otherwise), as of one map.
+// One version of a region's placement table (a repair makes a new one).
+struct Shape {
+  Shape(const proto::RegionInfo& info, placement::RegionLayout layout)
+      : layout(std::move(layout)), layout_version(info.layout_version()) {
+    for (const proto::RegionExtent& e : info.extents()) {
+      extents.push_back({e.node_id(), e.incarnation()});
+    }
+  }
+  placement::RegionLayout layout;
+  std::vector<ExtentOwner> extents;
+  uint64_t layout_version;
+};
+
+// Per extent of `shape`, the connection to its node process while the
+// cluster map shows that process alive (null otherwise), as of one map.
 struct Liveness {
   std::shared_ptr<const proto::ClusterMap> map;
+  std::shared_ptr<const Shape> shape;
   std::vector<std::shared_ptr<NodeConnection>> live;
 };
 
@@ -47,16 +61,18 @@ class RegionImpl : public Region {
  public:
   RegionImpl(std::shared_ptr<ClientCore> core, const proto::RegionInfo& info,
              placement::RegionLayout layout)
-      : core_(std::move(core)), name_(info.name()), layout_(std::move(layout)) {
-    for (const proto::RegionExtent& e : info.extents()) {
-      extents_.push_back({e.node_id(), e.incarnation()});
-    }
-  }
+      : core_(std::move(core)),
+        name_(info.name()),
+        region_id_(info.region_id()),
+        size_(layout.size()),
+        stripe_bytes_(layout.stripe_bytes()),
+        replicas_(layout.replicas()),
+        shape_(std::make_shared<const Shape>(info, std::move(layout))) {}
 
   const std::string& name() const override { return name_; }
-  uint64_t size() const override { return layout_.size(); }
-  uint64_t stripe_bytes() const override { return layout_.stripe_bytes(); }
-  uint32_t replicas() const override { return layout_.replicas(); }
+  uint64_t size() const override { return size_; }
+  uint64_t stripe_bytes() const override { return stripe_bytes_; }
+  uint32_t replicas() const override { return replicas_; }
 
   absl::Status Read(uint64_t offset, absl::Span<char> out) override {
     MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, out.size()));
@@ -91,17 +107,23 @@ class RegionImpl : public Region {
   }
 
   absl::StatusOr<std::shared_ptr<const Liveness>> Resolve();
-  // Fills `out` from `map`; sets *unknown when some extent's node is not in
-  // the map at all.
+  // Fills `out` for `out->shape` from `map`; sets *unknown when some
+  // extent's node is not in the map at all.
   absl::Status Fill(const std::shared_ptr<const proto::ClusterMap>& map,
                     Liveness* out, bool* unknown);
+  // A newer placement table from the coordinator (after a repair) when
+  // there is one for this region; null otherwise (also when the
+  // coordinator does not answer: the old table still serves).
+  std::shared_ptr<const Shape> NewerShape(const Shape& shape);
   absl::Status Transfer(TransferKind kind, uint64_t offset, char* local,
                         uint64_t length);
+  // `failed` (optional) receives the nodes that failed Unavailable.
   absl::Status TransferWith(const Liveness& liveness, TransferKind kind,
-                            uint64_t offset, char* local, uint64_t length);
+                            uint64_t offset, char* local, uint64_t length,
+                            std::vector<NodeConnection*>* failed = nullptr);
   absl::StatusOr<uint64_t> Atomic(rdma::Opcode op, uint64_t offset,
                                   uint64_t compare_add, uint64_t swap);
-  absl::Status NoLiveCopy(uint64_t stripe) const;
+  absl::Status NoLiveCopy(const Shape& shape, uint64_t stripe) const;
   // Calls visit(extent, byte offset from `offset`, pool offset, length,
   // stripe) for the live copies of each stripe piece of [offset, offset +
   // length): the first only (`all_copies` false) or every one. DataLoss
@@ -113,9 +135,13 @@ class RegionImpl : public Region {
 
   const std::shared_ptr<ClientCore> core_;
   const std::string name_;
-  const placement::RegionLayout layout_;
-  std::vector<ExtentOwner> extents_;  // set once in the constructor
+  const uint64_t region_id_;
+  // The same in every version of the placement table.
+  const uint64_t size_;
+  const uint64_t stripe_bytes_;
+  const uint32_t replicas_;
   absl::Mutex mu_;
+  std::shared_ptr<const Shape> shape_ ABSL_GUARDED_BY(mu_);  // the newest known
   std::shared_ptr<const Liveness> liveness_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -126,17 +152,18 @@ absl::Status RegionImpl::Fill(
   for (const proto::NodeEntry& e : map->nodes()) {
     by_id[e.info().node_id()] = &e;
   }
+  const std::vector<ExtentOwner>& extents = out->shape->extents;
   out->map = map;
-  out->live.assign(extents_.size(), nullptr);
-  for (size_t i = 0; i < extents_.size(); ++i) {
-    auto it = by_id.find(extents_[i].node_id);
+  out->live.assign(extents.size(), nullptr);
+  for (size_t i = 0; i < extents.size(); ++i) {
+    auto it = by_id.find(extents[i].node_id);
     if (it == by_id.end()) {
       *unknown = true;
       continue;
     }
     const proto::NodeEntry& e = *it->second;
     if (e.state() != proto::NODE_ALIVE ||
-        e.info().incarnation() != extents_[i].incarnation) {
+        e.info().incarnation() != extents[i].incarnation) {
       continue;  // dead, or restarted: that process's memory is gone
     }
     MESHPOOL_ASSIGN_OR_RETURN(out->live[i], core_->Connection(e.info()));
@@ -146,11 +173,12 @@ absl::Status RegionImpl::Fill(
 
 absl::StatusOr<std::shared_ptr<const Liveness>> RegionImpl::Resolve() {
   std::shared_ptr<const proto::ClusterMap> map = core_->CurrentMap();
+  auto liveness = std::make_shared<Liveness>();
   {
     absl::MutexLock lock(&mu_);
     if (liveness_ && liveness_->map == map) return liveness_;
+    liveness->shape = shape_;
   }
-  auto liveness = std::make_shared<Liveness>();
   bool unknown = false;
   MESHPOOL_RETURN_IF_ERROR(Fill(map, liveness.get(), &unknown));
   // A node this client has not heard of yet (the region is newer than our
@@ -159,9 +187,40 @@ absl::StatusOr<std::shared_ptr<const Liveness>> RegionImpl::Resolve() {
     map = core_->CurrentMap();
     MESHPOOL_RETURN_IF_ERROR(Fill(map, liveness.get(), &unknown));
   }
+  // Copies lost with a node: once per map, look for the table a repair
+  // made (the coordinator bumps the map when it records one).
+  const bool degraded =
+      std::any_of(liveness->live.begin(), liveness->live.end(),
+                  [](const auto& c) { return c == nullptr; });
+  if (degraded) {
+    if (std::shared_ptr<const Shape> newer = NewerShape(*liveness->shape)) {
+      liveness->shape = std::move(newer);
+      MESHPOOL_RETURN_IF_ERROR(Fill(map, liveness.get(), &unknown));
+    }
+  }
   absl::MutexLock lock(&mu_);
+  if (liveness->shape->layout_version > shape_->layout_version)
+    shape_ = liveness->shape;
   liveness_ = liveness;
   return std::shared_ptr<const Liveness>(std::move(liveness));
+}
+
+std::shared_ptr<const Shape> RegionImpl::NewerShape(const Shape& shape) {
+  absl::StatusOr<proto::RegionInfo> info =
+      core_->coordinator().GetRegion(name_);
+  // Renamed or replaced since: the table under this name is another's.
+  if (!info.ok() || info->region_id() != region_id_ ||
+      info->layout_version() <= shape.layout_version) {
+    return nullptr;
+  }
+  absl::StatusOr<placement::RegionLayout> layout =
+      placement::RegionLayout::Create(*info);
+  if (!layout.ok() || layout->size() != size_ ||
+      layout->stripe_bytes() != stripe_bytes_ ||
+      layout->replicas() != replicas_) {
+    return nullptr;
+  }
+  return std::make_shared<const Shape>(*info, *std::move(layout));
 }
 
 absl::Status RegionImpl::Transfer(TransferKind kind, uint64_t offset,
@@ -169,8 +228,25 @@ absl::Status RegionImpl::Transfer(TransferKind kind, uint64_t offset,
   if (length == 0) return absl::OkStatus();
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
                             Resolve());
-  absl::Status s = TransferWith(*liveness, kind, offset, local, length);
+  std::vector<NodeConnection*> failed;
+  absl::Status s =
+      TransferWith(*liveness, kind, offset, local, length, &failed);
   if (s.code() != absl::StatusCode::kUnavailable) return s;
+  // A read: other copies serve the stripes of a node that just failed,
+  // before the coordinator declares it dead. (Not a write: a node that is
+  // only slow would keep a stale copy.)
+  if (kind == TransferKind::kRead && !failed.empty()) {
+    Liveness others = *liveness;
+    for (std::shared_ptr<NodeConnection>& c : others.live) {
+      if (c &&
+          std::find(failed.begin(), failed.end(), c.get()) != failed.end()) {
+        c = nullptr;
+      }
+    }
+    if (TransferWith(others, kind, offset, local, length).ok()) {
+      return absl::OkStatus();
+    }
+  }
   // A node failed mid-way. If the coordinator already knows it is gone, the
   // other copies serve (or take) its stripes: go again once. Both a READ
   // and a WRITE of the same bytes may safely run twice.
@@ -184,20 +260,21 @@ template <typename Visit>
 absl::Status RegionImpl::ForEachLiveCopy(const Liveness& liveness,
                                          uint64_t offset, uint64_t length,
                                          bool all_copies, Visit visit) const {
-  const uint64_t stripe_bytes = layout_.stripe_bytes();
+  const placement::RegionLayout& layout = liveness.shape->layout;
+  const uint64_t stripe_bytes = layout.stripe_bytes();
   const uint64_t end = offset + length;
   for (uint64_t pos = offset, stripe = offset / stripe_bytes; pos < end;
        ++stripe) {
     uint64_t in_stripe = pos - stripe * stripe_bytes;
-    uint64_t n = std::min(end - pos, layout_.StripeLength(stripe) - in_stripe);
+    uint64_t n = std::min(end - pos, layout.StripeLength(stripe) - in_stripe);
     bool any = false;
-    for (uint32_t r = 0; r < layout_.replicas() && (all_copies || !any); ++r) {
-      placement::StripeCopy copy = layout_.Copy(stripe, r);
+    for (uint32_t r = 0; r < layout.replicas() && (all_copies || !any); ++r) {
+      placement::StripeCopy copy = layout.Copy(stripe, r);
       if (!liveness.live[copy.extent]) continue;
       visit(copy.extent, pos - offset, copy.pool_offset + in_stripe, n, stripe);
       any = true;
     }
-    if (!any) return NoLiveCopy(stripe);
+    if (!any) return NoLiveCopy(*liveness.shape, stripe);
     pos += n;
   }
   return absl::OkStatus();
@@ -205,10 +282,11 @@ absl::Status RegionImpl::ForEachLiveCopy(const Liveness& liveness,
 
 absl::Status RegionImpl::TransferWith(const Liveness& liveness,
                                       TransferKind kind, uint64_t offset,
-                                      char* local, uint64_t length) {
+                                      char* local, uint64_t length,
+                                      std::vector<NodeConnection*>* failed) {
   std::vector<NodeTransfer> transfers;
   // Index into `transfers` per extent (-1: none yet).
-  std::vector<int> transfer_of(extents_.size(), -1);
+  std::vector<int> transfer_of(liveness.live.size(), -1);
   auto transfer_for = [&](int extent) -> NodeTransfer& {
     if (transfer_of[extent] < 0) {
       const std::shared_ptr<NodeConnection>& node = liveness.live[extent];
@@ -229,7 +307,7 @@ absl::Status RegionImpl::TransferWith(const Liveness& liveness,
   for (NodeTransfer& t : transfers) {
     t.lkey = core_->RegisteredLkey(local, length, *t.node);
   }
-  return RunTransfers(kind, transfers);
+  return RunTransfers(kind, transfers, failed);
 }
 
 // One stripe's bytes on one copy, for Verify.
@@ -329,20 +407,21 @@ absl::StatusOr<uint64_t> RegionImpl::Atomic(rdma::Opcode op, uint64_t offset,
   }
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
                             Resolve());
-  uint64_t stripe = offset / layout_.stripe_bytes();
-  placement::StripeCopy copy = layout_.Copy(stripe, 0);
+  uint64_t stripe = offset / stripe_bytes_;
+  placement::StripeCopy copy = liveness->shape->layout.Copy(stripe, 0);
   const std::shared_ptr<NodeConnection>& node = liveness->live[copy.extent];
-  if (!node) return NoLiveCopy(stripe);
+  if (!node) return NoLiveCopy(*liveness->shape, stripe);
   // Stripes are multiples of 8 bytes long, so the word never straddles two.
   return RunAtomic(*node, op,
-                   copy.pool_offset + offset - stripe * layout_.stripe_bytes(),
+                   copy.pool_offset + offset - stripe * stripe_bytes_,
                    compare_add, swap);
 }
 
-absl::Status RegionImpl::NoLiveCopy(uint64_t stripe) const {
+absl::Status RegionImpl::NoLiveCopy(const Shape& shape, uint64_t stripe) const {
   std::vector<std::string> holders;
-  for (uint32_t r = 0; r < layout_.replicas(); ++r) {
-    const ExtentOwner& owner = extents_[layout_.Copy(stripe, r).extent];
+  for (uint32_t r = 0; r < replicas_; ++r) {
+    const ExtentOwner& owner =
+        shape.extents[shape.layout.Copy(stripe, r).extent];
     holders.push_back(
         absl::StrCat(owner.node_id, " (incarnation ", owner.incarnation, ")"));
   }
@@ -449,6 +528,25 @@ RegionDescription Describe(const proto::RegionInfo& info) {
     }
   }
   d.created = absl::FromUnixMillis(info.created_unix_ms());
+  const proto::RegionHealth& h = info.health();
+  switch (h.state()) {
+    case proto::REGION_HEALTHY:
+      d.health.state = RegionHealthState::kHealthy;
+      break;
+    case proto::REGION_DEGRADED:
+      d.health.state = RegionHealthState::kDegraded;
+      break;
+    case proto::REGION_LOST:
+      d.health.state = RegionHealthState::kLost;
+      break;
+    default:
+      d.health.state = RegionHealthState::kUnknown;
+  }
+  d.health.stripes_degraded = h.stripes_degraded();
+  d.health.stripes_lost = h.stripes_lost();
+  d.health.repair_bytes_total = h.repair_bytes_total();
+  d.health.repair_bytes_done = h.repair_bytes_done();
+  d.health.repair_error = h.repair_error();
   return d;
 }
 

@@ -256,7 +256,8 @@ std::vector<std::vector<Segment>> SplitSegments(
 }
 
 absl::Status RunTransfers(TransferKind kind,
-                          absl::Span<const NodeTransfer> transfers) {
+                          absl::Span<const NodeTransfer> transfers,
+                          std::vector<NodeConnection*>* failed) {
   std::vector<LaneJob> jobs;
   for (const NodeTransfer& t : transfers) {
     uint64_t bytes = 0;
@@ -279,6 +280,15 @@ absl::Status RunTransfers(TransferKind kind,
   }
   if (!jobs.empty()) results[0] = RunLaneJob(kind, jobs[0]);
   for (std::thread& t : threads) t.join();
+  if (failed != nullptr) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (absl::IsUnavailable(results[i]) &&
+          std::find(failed->begin(), failed->end(), jobs[i].node) ==
+              failed->end()) {
+        failed->push_back(jobs[i].node);
+      }
+    }
+  }
   for (absl::Status& s : results) {
     if (!s.ok()) return s;
   }

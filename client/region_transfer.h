@@ -76,9 +76,11 @@ struct NodeTransfer {
 // first error: Unavailable when a node failed mid-way (its lane is
 // discarded), ResourceExhausted when staging memory cannot be had. On
 // error, READ destinations hold unspecified bytes and a WRITE may have
-// landed in part.
+// landed in part. `failed` (optional) receives the nodes whose part failed
+// Unavailable, each once.
 absl::Status RunTransfers(TransferKind kind,
-                          absl::Span<const NodeTransfer> transfers);
+                          absl::Span<const NodeTransfer> transfers,
+                          std::vector<NodeConnection*>* failed = nullptr);
 
 // Cuts `segments` (total `bytes`) into `parts` contiguous shares of nearly
 // equal size, splitting segments where needed. Exposed for tests.

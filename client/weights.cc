@@ -216,6 +216,7 @@ absl::StatusOr<std::vector<ModelInfo>> ListModels(Client& client) {
     if (absl::IsNotFound(store.status())) continue;
     MESHPOOL_RETURN_IF_ERROR(store.status());
     models.push_back((*store)->info());
+    models.back().health = r.health;
   }
   return models;
 }

@@ -82,25 +82,40 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       Membership::Create(std::move(options.state), options.dead_after, options.env));
   const absl::Duration reconcile_every = options.reconcile_every.value_or(
       options.state_dir.empty() ? absl::ZeroDuration() : kDefaultReconcileEvery);
-  std::unique_ptr<Coordinator> coordinator(
-      new Coordinator(std::move(membership), std::move(options.region_nodes),
-                      std::move(regions), options.heartbeat_interval / 2, reconcile_every,
-                      EnvOrDefault(options.env)));
+  if (options.stripe_copier && options.repair_every <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator: repair_every (",
+        absl::FormatDuration(options.repair_every), ") must be positive"));
+  }
+  std::unique_ptr<Coordinator> coordinator(new Coordinator(
+      std::move(membership), std::move(options.region_nodes),
+      std::move(regions), options.heartbeat_interval / 2, reconcile_every,
+      options.repair_every, EnvOrDefault(options.env)));
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator->server_,
       CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
                                coordinator->regions_.get(), options.heartbeat_interval));
   coordinator->listen_host_ = ReachableHost(options.listen);
   coordinator->reaper_ = std::thread([c = coordinator.get()] { c->ReaperLoop(); });
+  if (options.stripe_copier) {
+    coordinator->repairer_ = std::make_unique<RegionRepairer>(
+        state, coordinator->regions_.get(), std::move(options.stripe_copier),
+        coordinator->address(), options.env);
+    coordinator->repair_thread_ =
+        std::thread([c = coordinator.get()] { c->RepairLoop(); });
+  }
   return coordinator;
 }
 
 Coordinator::Coordinator(std::unique_ptr<Membership> membership,
                          std::unique_ptr<RegionNodes> region_nodes,
-                         std::unique_ptr<RegionTable> regions, absl::Duration reap_every,
-                         absl::Duration reconcile_every, Env* env)
+                         std::unique_ptr<RegionTable> regions,
+                         absl::Duration reap_every,
+                         absl::Duration reconcile_every,
+                         absl::Duration repair_every, Env* env)
     : reap_every_(reap_every),
       reconcile_every_(reconcile_every),
+      repair_every_(repair_every),
       env_(env),
       membership_(std::move(membership)),
       region_nodes_(std::move(region_nodes)),
@@ -129,6 +144,7 @@ void Coordinator::Shutdown() {
     reaper_stop_ = true;
   }
   if (reaper_.joinable()) reaper_.join();
+  if (repair_thread_.joinable()) repair_thread_.join();
   done_.Notify();
 }
 
@@ -153,6 +169,23 @@ void Coordinator::ReaperLoop() {
       regions_->Reconcile();
       last_reconcile = env_->Now();
     }
+  }
+}
+
+// A copy in progress stops at Shutdown (the copier polls `stop`).
+void Coordinator::RepairLoop() {
+  auto stop = [this] {
+    absl::MutexLock lock(&reaper_mu_);
+    return reaper_stop_;
+  };
+  while (true) {
+    {
+      absl::MutexLock lock(&reaper_mu_);
+      if (reaper_mu_.AwaitWithTimeout(absl::Condition(&reaper_stop_),
+                                      repair_every_))
+        return;
+    }
+    repairer_->RepairOnce(stop);
   }
 }
 

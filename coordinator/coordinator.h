@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/region_repair.h"
 #include "coordinator/region_table.h"
 #include "placement/coordinator_client.h"
 #include "proto/meshpool.pb.h"
@@ -41,6 +42,8 @@ namespace meshpool::coordinator {
 
 // RegionTable::Reconcile's period with a durable state (see below).
 inline constexpr absl::Duration kDefaultReconcileEvery = absl::Seconds(10);
+// How often the repairer looks for regions that lost copies.
+inline constexpr absl::Duration kDefaultRepairEvery = absl::Seconds(1);
 
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks one
@@ -63,6 +66,13 @@ struct CoordinatorOptions {
   // How the region table reaches memory nodes; null -> gRPC to each node's
   // control address (tests pass a fake).
   std::unique_ptr<RegionNodes> region_nodes;
+  // Re-replication (coordinator/region_repair.h): when set, a repair thread
+  // gives the lost copies of degraded regions new homes every
+  // repair_every, copying through the StripeCopier this makes (called with
+  // the coordinator's address the first time a repair needs it). Unset: no
+  // repairs; regions still report their health.
+  StripeCopierFactory stripe_copier;
+  absl::Duration repair_every = kDefaultRepairEvery;
 };
 
 class Membership;
@@ -71,7 +81,7 @@ class RegionTable;
 
 // The coordinator server. Thread-safe. A background reaper thread, woken
 // every heartbeat_interval/2, declares silent nodes dead (time read from
-// options.clock).
+// options.env); a repair thread (with options.stripe_copier) re-replicates.
 class Coordinator {
  public:
   // Validates the options (InvalidArgument: heartbeat_interval must be > 0
@@ -102,16 +112,20 @@ class Coordinator {
 
  private:
   friend class CoordinatorTestPeer;
-  Coordinator(std::unique_ptr<Membership> membership, std::unique_ptr<RegionNodes> region_nodes,
+  Coordinator(std::unique_ptr<Membership> membership,
+              std::unique_ptr<RegionNodes> region_nodes,
               std::unique_ptr<RegionTable> regions, absl::Duration reap_every,
-              absl::Duration reconcile_every, Env* env);
+              absl::Duration reconcile_every, absl::Duration repair_every,
+              Env* env);
 
   // Declares nodes silent for dead_after dead, now. Returns how many.
   absl::StatusOr<int> Reap();
   void ReaperLoop();
+  void RepairLoop();
 
   const absl::Duration reap_every_;
   const absl::Duration reconcile_every_;  // zero or infinite: never
+  const absl::Duration repair_every_;
   Env* const env_;
   std::string listen_host_;
   // Teardown order: the reaper and server stop (in Shutdown) before the
@@ -120,10 +134,13 @@ class Coordinator {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<RegionNodes> region_nodes_;
   std::unique_ptr<RegionTable> regions_;
+  std::unique_ptr<RegionRepairer> repairer_;  // null without a copier factory
   std::unique_ptr<CoordinatorServer> server_;
   absl::Mutex reaper_mu_;
+  // Stops the reaper and repair threads.
   bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
   std::thread reaper_;
+  std::thread repair_thread_;
   absl::Mutex shutdown_mu_;  // held for the whole of Shutdown
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   absl::Notification done_;

@@ -12,11 +12,6 @@
 
 namespace meshpool::coordinator {
 
-struct RegionTable::Candidate {
-  proto::NodeInfo info;
-  proto::NodeStats stats;
-};
-
 namespace {
 
 // Runs fn(0) .. fn(n - 1) on up to kMaxParallelNodeCalls threads (this one
@@ -89,7 +84,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionR
   }
   size_t live = 0;
   absl::StatusOr<proto::RegionInfo> info;
-  absl::StatusOr<std::vector<Candidate>> candidates = Candidates(live);
+  absl::StatusOr<std::vector<LiveNode>> candidates = FreshLiveNodes(live);
   if (!candidates.ok()) {
     info = candidates.status();
   } else if (live == 0) {
@@ -115,7 +110,8 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionR
   return info;
 }
 
-absl::StatusOr<std::vector<RegionTable::Candidate>> RegionTable::Candidates(size_t& live) {
+absl::StatusOr<std::vector<RegionTable::LiveNode>> RegionTable::FreshLiveNodes(
+    size_t& live) {
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
   std::vector<const proto::NodeInfo*> alive;
   for (const proto::NodeEntry& entry : map.nodes()) {
@@ -124,20 +120,20 @@ absl::StatusOr<std::vector<RegionTable::Candidate>> RegionTable::Candidates(size
   live = alive.size();
   std::vector<absl::StatusOr<proto::NodeStats>> stats(alive.size());
   ParallelFor(alive.size(), [&](size_t i) { stats[i] = nodes_->GetStats(*alive[i]); });
-  std::vector<Candidate> candidates;
+  std::vector<LiveNode> candidates;
   for (size_t i = 0; i < alive.size(); ++i) {
     if (!stats[i].ok() || alive[i]->layout().slab_bytes() == 0) continue;
-    candidates.push_back(Candidate{*alive[i], *std::move(stats[i])});
+    candidates.push_back(LiveNode{*alive[i], *std::move(stats[i])});
   }
   return candidates;
 }
 
-absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRequest& request,
-                                                     uint64_t stripe_bytes, uint32_t replicas,
-                                                     std::vector<Candidate> candidates) {
+absl::StatusOr<proto::RegionInfo> RegionTable::Place(
+    const proto::CreateRegionRequest& request, uint64_t stripe_bytes,
+    uint32_t replicas, std::vector<LiveNode> candidates) {
   const std::string& name = request.name();
-  const Candidate* smallest = &candidates[0];
-  for (const Candidate& c : candidates) {
+  const LiveNode* smallest = &candidates[0];
+  for (const LiveNode& c : candidates) {
     if (c.info.layout().slab_bytes() < smallest->info.layout().slab_bytes()) smallest = &c;
   }
   const uint64_t min_slab = smallest->info.layout().slab_bytes();
@@ -166,7 +162,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
   }
   std::vector<placement::PlacementCandidate> placement_candidates;
   uint64_t free_bytes = 0;
-  for (const Candidate& c : candidates) {
+  for (const LiveNode& c : candidates) {
     const uint64_t slab_bytes = c.info.layout().slab_bytes();
     placement_candidates.push_back(placement::PlacementCandidate{
         c.info.node_id(), SaturatingMul(c.stats.slabs_free(), slab_bytes / stripe_bytes)});
@@ -214,7 +210,9 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
     absl::MutexLock lock(&mu_);
     creating_[name] = region_id;  // Reconcile leaves its memory alone
   }
-  MESHPOOL_RETURN_IF_ERROR(Allocate(info, nodes, copies));
+  std::vector<int> all(nodes.size());
+  for (size_t e = 0; e < all.size(); ++e) all[e] = static_cast<int>(e);
+  MESHPOOL_RETURN_IF_ERROR(Allocate(info, all, nodes, copies));
   // The client decodes it the same way; a region it could not decode must
   // never be recorded.
   absl::StatusOr<placement::RegionLayout> layout = placement::RegionLayout::Create(info);
@@ -229,23 +227,25 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(const proto::CreateRegionRe
 }
 
 absl::Status RegionTable::Allocate(proto::RegionInfo& info,
+                                   const std::vector<int>& extents,
                                    const std::vector<proto::NodeInfo>& nodes,
                                    const std::vector<uint64_t>& copies) {
   std::vector<absl::StatusOr<proto::AllocateRegionReply>> replies(nodes.size());
-  ParallelFor(nodes.size(), [&](size_t e) {
+  ParallelFor(nodes.size(), [&](size_t i) {
     proto::AllocateRegionRequest request;
-    request.set_region_id(info.region_id());
-    request.set_incarnation(nodes[e].incarnation());
+    request.set_region_id(AllocationId(info, info.extents(extents[i])));
+    request.set_incarnation(nodes[i].incarnation());
     request.set_stripe_bytes(info.stripe_bytes());
-    request.set_stripes(copies[e]);
-    replies[e] = nodes_->Allocate(nodes[e], request);
+    request.set_stripes(copies[i]);
+    replies[i] = nodes_->Allocate(nodes[i], request);
   });
   absl::Status first;
-  for (size_t e = 0; e < nodes.size() && first.ok(); ++e) {
-    const std::string where = absl::StrCat("allocating region '", info.name(), "' on node ",
-                                           nodes[e].node_id(), " failed");
-    if (!replies[e].ok()) {
-      const absl::Status& s = replies[e].status();
+  for (size_t i = 0; i < nodes.size() && first.ok(); ++i) {
+    const std::string where =
+        absl::StrCat("allocating region '", info.name(), "' on node ",
+                     nodes[i].node_id(), " failed");
+    if (!replies[i].ok()) {
+      const absl::Status& s = replies[i].status();
       // FailedPrecondition from a node: it restarted since the map was read.
       const absl::StatusCode code =
           absl::IsFailedPrecondition(s) ? absl::StatusCode::kUnavailable : s.code();
@@ -254,17 +254,19 @@ absl::Status RegionTable::Allocate(proto::RegionInfo& info,
                                               "add nodes if it is full, then retry"));
       continue;
     }
-    proto::RegionExtent* extent = info.mutable_extents(static_cast<int>(e));
+    proto::RegionExtent* extent = info.mutable_extents(extents[i]);
     const uint64_t per_slab = extent->slab_bytes() / info.stripe_bytes();
-    if (replies[e]->slab_bytes() != extent->slab_bytes() ||
-        static_cast<uint64_t>(replies[e]->slab_offsets_size()) != CeilDiv(copies[e], per_slab)) {
+    if (replies[i]->slab_bytes() != extent->slab_bytes() ||
+        static_cast<uint64_t>(replies[i]->slab_offsets_size()) !=
+            CeilDiv(copies[i], per_slab)) {
       first = absl::InternalError(absl::StrCat(
-          where, ": it answered ", replies[e]->slab_offsets_size(), " slabs of ",
-          replies[e]->slab_bytes(), " bytes for ", copies[e], " stripes of ", info.stripe_bytes(),
-          " with ", extent->slab_bytes(), "-byte slabs; nothing was left allocated"));
+          where, ": it answered ", replies[i]->slab_offsets_size(),
+          " slabs of ", replies[i]->slab_bytes(), " bytes for ", copies[i],
+          " stripes of ", info.stripe_bytes(), " with ", extent->slab_bytes(),
+          "-byte slabs; nothing was left allocated"));
       continue;
     }
-    *extent->mutable_slab_offsets() = replies[e]->slab_offsets();
+    *extent->mutable_slab_offsets() = replies[i]->slab_offsets();
   }
   if (first.ok()) return absl::OkStatus();
   // Free on every node asked, not only those that answered: a reply lost to
@@ -273,22 +275,24 @@ absl::Status RegionTable::Allocate(proto::RegionInfo& info,
   // nothing for this call (another incarnation, or it already holds slabs
   // under this id — e.g. a region of a coordinator that restarted without
   // state and counts ids from 1 again); freeing would free that region.
-  ParallelFor(nodes.size(), [&](size_t e) {
-    if (!replies[e].ok() && absl::IsFailedPrecondition(replies[e].status())) return;
+  ParallelFor(nodes.size(), [&](size_t i) {
+    if (!replies[i].ok() && absl::IsFailedPrecondition(replies[i].status()))
+      return;
     proto::FreeRegionRequest request;
-    request.set_region_id(info.region_id());
-    request.set_incarnation(nodes[e].incarnation());
-    absl::Status freed = nodes_->Free(nodes[e], request);
+    request.set_region_id(AllocationId(info, info.extents(extents[i])));
+    request.set_incarnation(nodes[i].incarnation());
+    absl::Status freed = nodes_->Free(nodes[i], request);
     if (!freed.ok()) {
       Log(absl::StrCat("region '", info.name(), "' (id ", info.region_id(),
-                       "): freeing a failed create's memory on node ", nodes[e].node_id(),
-                       " failed: ", freed.ToString()));
+                       "): freeing a failed allocation's memory on node ",
+                       nodes[i].node_id(), " failed: ", freed.ToString()));
     }
   });
   return first;
 }
 
-void RegionTable::FreeMemory(const proto::RegionInfo& info) {
+void RegionTable::FreeMemory(const proto::RegionInfo& info,
+                             const std::vector<int>& extents) {
   absl::StatusOr<proto::ClusterMap> map = state_->Snapshot();
   if (!map.ok()) {
     Log(absl::StrCat(
@@ -296,30 +300,42 @@ void RegionTable::FreeMemory(const proto::RegionInfo& info) {
         "): cannot read the cluster map to free its memory: ", map.status().ToString()));
     return;
   }
-  std::vector<const proto::NodeInfo*> holders;
-  for (const proto::RegionExtent& extent : info.extents()) {
+  std::vector<int> chosen = extents;
+  if (chosen.empty()) {
+    for (int e = 0; e < info.extents_size(); ++e) chosen.push_back(e);
+  }
+  // (node, allocation id) of each chosen extent whose process is alive.
+  std::vector<std::pair<const proto::NodeInfo*, uint64_t>> holders;
+  for (int e : chosen) {
+    const proto::RegionExtent& extent = info.extents(e);
     for (const proto::NodeEntry& entry : map->nodes()) {
       if (entry.info().node_id() == extent.node_id() && entry.state() == proto::NODE_ALIVE &&
           entry.info().incarnation() == extent.incarnation()) {
-        holders.push_back(&entry.info());
+        holders.emplace_back(&entry.info(), AllocationId(info, extent));
       }
     }
   }
   ParallelFor(holders.size(), [&](size_t i) {
+    const proto::NodeInfo& node = *holders[i].first;
     proto::FreeRegionRequest request;
-    request.set_region_id(info.region_id());
-    request.set_incarnation(holders[i]->incarnation());
-    absl::Status freed = nodes_->Free(*holders[i], request);
+    request.set_region_id(holders[i].second);
+    request.set_incarnation(node.incarnation());
+    absl::Status freed = nodes_->Free(node, request);
     if (!freed.ok()) {
       Log(absl::StrCat("region '", info.name(), "' (id ", info.region_id(),
-                       "): freeing its memory on node ", holders[i]->node_id(),
-                       " failed, so it stays pinned until that node restarts: ", freed.ToString()));
+                       ", allocation ", holders[i].second,
+                       "): freeing its memory on node ", node.node_id(),
+                       " failed, so it stays pinned until that node restarts: ",
+                       freed.ToString()));
     }
   });
 }
 
 absl::StatusOr<proto::RegionInfo> RegionTable::Get(absl::string_view name) const {
-  return state_->FindRegion(name);
+  MESHPOOL_ASSIGN_OR_RETURN(proto::RegionInfo info, state_->FindRegion(name));
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+  FillHealth(info, map);
+  return info;
 }
 
 absl::Status RegionTable::Delete(absl::string_view name) {
@@ -351,7 +367,9 @@ absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to, b
 
 absl::StatusOr<std::vector<proto::RegionInfo>> RegionTable::List(absl::string_view prefix) const {
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<proto::RegionInfo> regions, state_->ListRegions(prefix));
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
   for (proto::RegionInfo& info : regions) {
+    FillHealth(info, map);
     info.clear_stripe_extents();
     for (proto::RegionExtent& extent : *info.mutable_extents()) extent.clear_slab_offsets();
   }
@@ -368,8 +386,12 @@ size_t RegionTable::Reconcile() {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::vector<proto::RegionInfo>> regions = state_->ListRegions("");
     if (!regions.ok()) return 0;
-    for (const proto::RegionInfo& r : *regions) keep.insert(r.region_id());
+    for (const proto::RegionInfo& r : *regions) {
+      for (const proto::RegionExtent& extent : r.extents())
+        keep.insert(AllocationId(r, extent));
+    }
     for (const auto& [name, id] : creating_) keep.insert(id);
+    keep.insert(repairing_.begin(), repairing_.end());
   }
   std::vector<std::pair<const proto::NodeInfo*, uint64_t>> leaked;
   for (const proto::NodeEntry& entry : map->nodes()) {

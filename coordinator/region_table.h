@@ -34,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -84,6 +85,20 @@ class RegionNodes {
 // with the deadlines above. Channels are cached per control address.
 std::unique_ptr<RegionNodes> NewGrpcRegionNodes();
 
+// The id a node holds `extent`'s slabs under: its allocation_id, or the
+// region's id when that is 0 (extents made when the region was created).
+inline uint64_t AllocationId(const proto::RegionInfo& info,
+                             const proto::RegionExtent& extent) {
+  return extent.allocation_id() != 0 ? extent.allocation_id()
+                                     : info.region_id();
+}
+
+// The region's health against `map` (a copy is live while its extent's
+// node is NODE_ALIVE with the extent's incarnation); state, degraded and
+// lost stripe counts only. UNKNOWN when the placement table is malformed.
+proto::RegionHealth HealthOf(const proto::RegionInfo& info,
+                             const proto::ClusterMap& map);
+
 class RegionTable {
  public:
   // `state` and `nodes` are not owned and must outlive the table; the table
@@ -110,7 +125,8 @@ class RegionTable {
   //                        allocating (nothing is left allocated; retry).
   absl::StatusOr<proto::RegionInfo> Create(const proto::CreateRegionRequest& request);
 
-  // NotFound if there is no region of that name.
+  // The region with its health filled in. NotFound if there is no region
+  // of that name.
   absl::StatusOr<proto::RegionInfo> Get(absl::string_view name) const;
 
   // Forgets the region, then frees its memory on the nodes. NotFound if
@@ -122,38 +138,72 @@ class RegionTable {
   // created). With `replace`, the region `to` named is deleted (as Delete).
   absl::Status Rename(absl::string_view from, absl::string_view to, bool replace);
 
-  // Regions whose name starts with `prefix`, sorted by name, without
-  // slab_offsets and stripe_extents.
+  // Regions whose name starts with `prefix`, sorted by name, with their
+  // health, without slab_offsets and stripe_extents.
   absl::StatusOr<std::vector<proto::RegionInfo>> List(absl::string_view prefix) const;
 
-  // Frees, on each live node, the regions its last heartbeat reported
-  // (NodeStats.region_ids) that the table does not hold and no create in
-  // progress is allocating: memory a create left behind when the
+  // Frees, on each live node, the allocations its last heartbeat reported
+  // (NodeStats.region_ids) that no extent of the table holds and no create
+  // or repair in progress is making: memory a create left behind when the
   // coordinator died between allocating and recording it. Only sound when
   // the table is durable (a restarted in-memory table knows no region, and
   // clients may still use theirs). Returns how many frees it asked for;
   // each is logged. Idempotent (a node frees an unknown region as OK).
   size_t Reconcile();
 
- private:
-  struct Candidate;  // a live node that answered, with its free stripes
+  // ---- For the repairer (coordinator/region_repair.h). ----
 
-  // Fresh stats of every NODE_ALIVE node, in map order; nodes that do not
-  // answer are left out. `live` receives how many were alive.
-  absl::StatusOr<std::vector<Candidate>> Candidates(size_t& live);
-  // Allocates `info`'s extents (copies[e] stripe copies on extent e),
-  // filling in slab_bytes and slab_offsets; on failure frees what it asked
-  // for and returns the first error.
-  absl::Status Allocate(proto::RegionInfo& info, const std::vector<proto::NodeInfo>& nodes,
+  // A live node that answered a fresh GetStats.
+  struct LiveNode {
+    proto::NodeInfo info;
+    proto::NodeStats stats;
+  };
+  // Fresh stats of every NODE_ALIVE node with a slab layout, in map order;
+  // nodes that do not answer are left out. `live` receives how many were
+  // alive. Unavailable when the state cannot be read.
+  absl::StatusOr<std::vector<LiveNode>> FreshLiveNodes(size_t& live);
+
+  // A fresh allocation id (from the region id counter) that Reconcile
+  // leaves alone until ReleaseAllocationId; for extents a repair adds.
+  absl::StatusOr<uint64_t> ReserveAllocationId();
+  void ReleaseAllocationId(uint64_t id);
+
+  // Allocates extents extents[i] of `info` (copies[i] stripe copies on
+  // nodes[i], under each extent's AllocationId), filling in their
+  // slab_offsets; on failure frees what it asked for and returns the first
+  // error (Unavailable when a node restarted or did not answer,
+  // ResourceExhausted when it is full).
+  absl::Status Allocate(proto::RegionInfo& info,
+                        const std::vector<int>& extents,
+                        const std::vector<proto::NodeInfo>& nodes,
                         const std::vector<uint64_t>& copies);
+  // Frees extents `extents` of `info` (all when empty) on their nodes while
+  // the map shows the incarnation holding them alive; logs failures.
+  void FreeMemory(const proto::RegionInfo& info,
+                  const std::vector<int>& extents = {});
+
+  // Records `repaired` in place of `before` (same region id and
+  // layout_version, under the name `before` had) and bumps the map epoch so
+  // clients holding the region refetch its layout. FailedPrecondition when
+  // the region was deleted, renamed or changed meanwhile (the caller frees
+  // what it allocated and plans again).
+  absl::Status CommitRepair(const proto::RegionInfo& before,
+                            const proto::RegionInfo& repaired);
+
+  // What GetRegion and ListRegions report of a repair in progress or
+  // failed (RegionHealth's repair fields), by region id; cleared by
+  // passing nullopt.
+  void SetRepairStatus(uint64_t region_id,
+                       std::optional<proto::RegionHealth> status);
+
+ private:
+  // Fills info.health from the map and the repair status.
+  void FillHealth(proto::RegionInfo& info, const proto::ClusterMap& map) const;
   // The rest of Create once the name is reserved. REQUIRES: candidates is
   // not empty.
-  absl::StatusOr<proto::RegionInfo> Place(const proto::CreateRegionRequest& request,
-                                          uint64_t stripe_bytes, uint32_t replicas,
-                                          std::vector<Candidate> candidates);
-  // Frees each extent's memory on its node when the map still shows that
-  // incarnation alive; logs failures.
-  void FreeMemory(const proto::RegionInfo& info);
+  absl::StatusOr<proto::RegionInfo> Place(
+      const proto::CreateRegionRequest& request, uint64_t stripe_bytes,
+      uint32_t replicas, std::vector<LiveNode> candidates);
   void Log(absl::string_view message) const;
 
   CoordinatorState* const state_;
@@ -163,6 +213,12 @@ class RegionTable {
   mutable absl::Mutex mu_;
   // Creates in progress: name -> region id (0 until one is assigned).
   std::map<std::string, uint64_t, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
+  // Allocation ids repairs in progress are allocating under.
+  std::set<uint64_t> repairing_ ABSL_GUARDED_BY(mu_);
+  // Repair progress and failures, by region id.
+  mutable absl::Mutex status_mu_;
+  std::map<uint64_t, proto::RegionHealth> repair_status_
+      ABSL_GUARDED_BY(status_mu_);
 };
 
 }  // namespace meshpool::coordinator

@@ -30,3 +30,9 @@ meshpool_test(client_kv_cache_test
 meshpool_test(client_kv_retry_test
   SOURCES client_kv_retry_test.cc
   LIBS meshpool_client)
+# Re-replication end to end: the coordinator's repairer copying through its
+# own client while readers read, nodes killed, on the simulated fabric.
+meshpool_test(client_region_repair_sim_test
+  SOURCES client_region_repair_sim_test.cc
+  LIBS meshpool_tools meshpool_client meshpool_store meshpool_coordinator
+       meshpool_rdma)

@@ -38,10 +38,17 @@ class SimCluster {
   // coordinator on loopback gRPC.
   static absl::StatusOr<std::unique_ptr<SimCluster>> Start(
       uint64_t seed, coordinator::CoordinatorOptions options = {}) {
+    return Start(rdma::SimFabric::Create(seed), std::move(options));
+  }
+  // The same on a fabric the caller made (and may have handed to the
+  // coordinator's options, e.g. for its repair client).
+  static absl::StatusOr<std::unique_ptr<SimCluster>> Start(
+      std::shared_ptr<rdma::SimFabric> fabric,
+      coordinator::CoordinatorOptions options) {
     auto coordinator = coordinator::Coordinator::Start(std::move(options));
     if (!coordinator.ok()) return coordinator.status();
     return std::unique_ptr<SimCluster>(
-        new SimCluster(rdma::SimFabric::Create(seed), *std::move(coordinator)));
+        new SimCluster(std::move(fabric), *std::move(coordinator)));
   }
 
   ~SimCluster() {

@@ -18,6 +18,7 @@
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/local_cluster.h"
+#include "tools/repair_copier.h"
 #include "tools/stderr_env.h"
 #include "tools/transport_flags.h"
 #include "tools/workload.h"
@@ -55,8 +56,26 @@ int RunCoordinator(int argc, char** argv) {
                "with --state-dir: how often to free region memory nodes "
                "report that no region holds (left by a create a crash cut "
                "short)");
+  flags.DefineBool("no-repair",
+                   "do not re-replicate: regions that lose copies with a dead "
+                   "node stay degraded (default: the coordinator copies lost "
+                   "copies to other live nodes, through its own client of "
+                   "the data plane)");
+  flags.Define("repair-every", "1s",
+               "how often to look for regions that lost copies");
+  DefineTransportFlags(flags, /*with_transport=*/false);
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
+  if (!flags.GetBool("no-repair")) {
+    auto repair_every = flags.GetDuration("repair-every");
+    if (!repair_every.ok()) return Fail("coordinator", repair_every.status());
+    auto rdma = ClientRdmaFromFlags(flags);
+    if (!rdma.ok()) return Fail("coordinator", rdma.status());
+    ClientOptions copier;
+    copier.rdma = *std::move(rdma);
+    options.stripe_copier = ClientStripeCopier(std::move(copier));
+    options.repair_every = *repair_every;
+  }
   options.env = StderrEnv();
   options.listen = flags.Get("listen");
   options.state_dir = flags.Get("state-dir");
@@ -237,6 +256,10 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
   options.quiet = !flags.GetBool("verbose");
   MESHPOOL_RETURN_IF_ERROR(ResolveTransport(flags).status());
   options.node_args = TransportArgs(flags);
+  // The coordinator's repair client uses the same RDMA devices (not
+  // --transport, which is the nodes' choice).
+  options.coordinator_args.assign(options.node_args.begin() + 2,
+                                  options.node_args.end());
   store::NodeOptions node;
   MESHPOOL_RETURN_IF_ERROR(EvictionFromFlags(flags, &node));
   MESHPOOL_RETURN_IF_ERROR(store::CheckWatermarks(node.evict_high_watermark,

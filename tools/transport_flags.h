@@ -39,7 +39,8 @@ absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags);
 
-// The flags as given, to pass on to child `meshpool node` processes.
+// The flags as given, to pass on to child `meshpool node` processes:
+// "--transport", its value, then the RDMA flags that were set.
 std::vector<std::string> TransportArgs(const Flags& flags);
 
 }  // namespace meshpool::tools

@@ -37,6 +37,31 @@ struct RegionOptions {
   uint32_t replicas = 1;
 };
 
+// Whether a region's copies are all on live nodes.
+enum class RegionHealthState {
+  kUnknown,   // an old coordinator that does not say
+  kHealthy,   // every stripe has all its copies
+  kDegraded,  // some stripe lost a copy (a node died); every stripe still
+              // has one, so reads succeed; the coordinator copies the lost
+              // copies to other live nodes (re-replication)
+  kLost,      // some stripe has no copy left: those bytes are gone
+};
+// "healthy", "degraded", "lost" or "unknown".
+const char* RegionHealthName(RegionHealthState state);
+
+struct RegionHealth {
+  RegionHealthState state = RegionHealthState::kUnknown;
+  uint64_t stripes_degraded = 0;  // stripes missing a copy, one left
+  uint64_t stripes_lost = 0;      // stripes with no copy left
+  // The re-replication in progress (0 of 0: none): bytes it is copying and
+  // has copied.
+  uint64_t repair_bytes_total = 0;
+  uint64_t repair_bytes_done = 0;
+  // Why the last repair attempt failed (e.g. no other node has free
+  // memory); empty when none did.
+  std::string repair_error;
+};
+
 // A region as ListRegions describes it.
 struct RegionDescription {
   std::string name;
@@ -45,6 +70,7 @@ struct RegionDescription {
   uint32_t replicas = 1;
   std::vector<std::string> nodes;  // node ids holding any of its stripes
   absl::Time created;
+  RegionHealth health;  // as of the listing
 };
 
 // Regions: named, fixed-size memory striped across the memory nodes (the
@@ -59,6 +85,16 @@ struct RegionDescription {
 // part of it); the 8-byte atomics are atomic with each other on the same
 // word. With replicas, a Write goes to every live copy and a Read is served
 // by the first live copy of each stripe.
+//
+// Re-replication: when a node dies, the coordinator copies the stripe
+// copies it held from surviving copies to other live nodes, checks them,
+// and publishes the new placement; a Region handle picks it up at its next
+// operation after the cluster map changes (one GetRegion call, up to 3 s
+// when the coordinator does not answer, after which the old placement
+// keeps serving). Reads never wait for a repair. A Write that races a
+// repair may miss the new copy; the coordinator checks the new copies
+// again a second after publishing them, and Verify tells a writer that
+// must know.
 //
 // Error codes of Region operations:
 //   OutOfRange         - offset + length past the region's size.

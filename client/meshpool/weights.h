@@ -84,6 +84,9 @@ struct ModelInfo {
   uint64_t tensor_bytes = 0;        // sum of tensor lengths
   std::vector<std::string> files;   // what it was loaded from (base names)
   absl::Time loaded;
+  // Its region's health (ListModels fills it; WeightStore::info leaves it
+  // kUnknown).
+  RegionHealth health;
 };
 
 struct ReadOptions {
