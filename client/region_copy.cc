@@ -161,41 +161,42 @@ absl::StatusOr<std::vector<uint64_t>> Digests(absl::Span<const Piece> pieces,
   return digests;
 }
 
-// Moves `pieces` source -> target through `staging`.
-absl::Status Move(ClientCore& core, absl::Span<const Piece> pieces,
-                  std::vector<char>& staging) {
+// Moves `pieces` between their nodes and `staging` (laid out in order):
+// from the sources (kRead) or to the targets (kWrite).
+absl::Status Transfer(ClientCore& core, TransferKind kind,
+                      absl::Span<const Piece> pieces,
+                      std::vector<char>& staging) {
   uint64_t bytes = 0;
   for (const Piece& p : pieces) bytes += p.length;
   staging.resize(std::max<size_t>(staging.size(), bytes));
-  for (TransferKind kind : {TransferKind::kRead, TransferKind::kWrite}) {
-    std::vector<NodeTransfer> transfers;
-    uint64_t at = 0;
-    for (const Piece& p : pieces) {
-      const std::shared_ptr<NodeConnection>& node =
-          kind == TransferKind::kRead ? p.source : p.target;
-      auto it =
-          std::find_if(transfers.begin(), transfers.end(),
-                       [&](const NodeTransfer& t) { return t.node == node; });
-      if (it == transfers.end())
-        it = transfers.insert(transfers.end(), {node, {}, {}});
-      it->segments.push_back(
-          {staging.data() + at,
-           kind == TransferKind::kRead ? p.source_offset : p.target_offset,
-           p.length});
-      at += p.length;
-    }
-    for (NodeTransfer& t : transfers)
-      t.lkey = core.RegisteredLkey(staging.data(), bytes, *t.node);
-    MESHPOOL_RETURN_IF_ERROR(RunTransfers(kind, transfers));
+  std::vector<NodeTransfer> transfers;
+  uint64_t at = 0;
+  for (const Piece& p : pieces) {
+    const bool read = kind == TransferKind::kRead;
+    const std::shared_ptr<NodeConnection>& node = read ? p.source : p.target;
+    auto it =
+        std::find_if(transfers.begin(), transfers.end(),
+                     [&](const NodeTransfer& t) { return t.node == node; });
+    if (it == transfers.end())
+      it = transfers.insert(transfers.end(), {node, {}, {}});
+    it->segments.push_back({staging.data() + at,
+                            read ? p.source_offset : p.target_offset,
+                            p.length});
+    at += p.length;
   }
-  return absl::OkStatus();
+  for (NodeTransfer& t : transfers) {
+    t.lkey = core.RegisteredLkey(staging.data(), bytes, *t.node);
+  }
+  return RunTransfers(kind, transfers);
 }
 
-// Digests, moves what differs, and digests again, until source and target
-// agree or kRepairCopyAttempts moves were not enough.
-absl::Status CopyBatch(ClientCore& core, const std::string& region,
-                       std::vector<Piece> batch, std::vector<char>& staging) {
-  for (int moves = 0;; ++moves) {
+// Digests source and target of every piece, moves those that differ, and
+// again, until they agree or kRepairCopyAttempts moves were not enough.
+// `moved`: the batch was just moved once (it counts as a move).
+absl::Status CheckBatch(ClientCore& core, const std::string& region,
+                        std::vector<Piece> batch, bool moved,
+                        std::vector<char>& staging) {
+  for (int moves = moved ? 1 : 0;; ++moves) {
     MESHPOOL_ASSIGN_OR_RETURN(std::vector<uint64_t> from,
                               Digests(batch, /*of_target=*/false));
     MESHPOOL_ASSIGN_OR_RETURN(std::vector<uint64_t> to,
@@ -208,40 +209,86 @@ absl::Status CopyBatch(ClientCore& core, const std::string& region,
     if (moves == kRepairCopyAttempts) {
       return absl::AbortedError(absl::StrCat(
           "region '", region, "': ", differ.size(),
-          " piece(s) of new copies still differ from ", "their source after ",
+          " piece(s) of new copies still differ from their source after ",
           moves, " copies (written meanwhile); the repair tries again"));
     }
-    MESHPOOL_RETURN_IF_ERROR(Move(core, differ, staging));
+    MESHPOOL_RETURN_IF_ERROR(
+        Transfer(core, TransferKind::kRead, differ, staging));
+    MESHPOOL_RETURN_IF_ERROR(
+        Transfer(core, TransferKind::kWrite, differ, staging));
     batch = std::move(differ);
   }
+}
+
+// Consecutive pieces of at most kRepairBatchBytes each.
+std::vector<std::vector<Piece>> Batches(const std::vector<Piece>& pieces) {
+  std::vector<std::vector<Piece>> batches;
+  uint64_t bytes = kRepairBatchBytes;
+  for (const Piece& p : pieces) {
+    if (bytes + p.length > kRepairBatchBytes) {
+      batches.emplace_back();
+      bytes = 0;
+    }
+    batches.back().push_back(p);
+    bytes += p.length;
+  }
+  return batches;
+}
+
+uint64_t BytesOf(const std::vector<Piece>& batch) {
+  uint64_t bytes = 0;
+  for (const Piece& p : batch) bytes += p.length;
+  return bytes;
 }
 
 }  // namespace
 
 absl::Status CopyNewStripeCopies(
     Client& client, const proto::RegionInfo& current,
-    const proto::RegionInfo& repaired,
+    const proto::RegionInfo& repaired, bool check_first,
     const std::function<bool(uint64_t)>& progress) {
   ClientCore& core = *ClientAccess::Impl(client).core();
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<Piece> pieces,
                             NewPieces(core, current, repaired));
+  const std::vector<std::vector<Piece>> batches = Batches(pieces);
+  auto stopped = [&] {
+    return absl::CancelledError(absl::StrCat(
+        "region '", current.name(), "': the repair's copy was stopped"));
+  };
   std::vector<char> staging;
-  for (size_t first = 0; first < pieces.size();) {
-    uint64_t bytes = 0;
-    size_t last = first;
-    while (last < pieces.size() &&
-           bytes + pieces[last].length <= kRepairBatchBytes) {
-      bytes += pieces[last++].length;
+  if (check_first) {
+    for (const std::vector<Piece>& batch : batches) {
+      MESHPOOL_RETURN_IF_ERROR(
+          CheckBatch(core, current.name(), batch, /*moved=*/false, staging));
+      if (!progress(BytesOf(batch))) return stopped();
     }
-    std::vector<Piece> batch(pieces.begin() + first, pieces.begin() + last);
-    MESHPOOL_RETURN_IF_ERROR(
-        CopyBatch(core, current.name(), std::move(batch), staging));
-    if (!progress(bytes)) {
-      return absl::CancelledError(absl::StrCat(
-          "region '", current.name(), "': the repair's copy was stopped"));
-    }
-    first = last;
+    return absl::OkStatus();
   }
+  // Fill: batch i + 1 is read from its sources while batch i is written
+  // and checked, in two buffers.
+  std::vector<char> buffers[2];
+  std::thread writer;
+  absl::Status written;  // batch i - 1's outcome, once `writer` is joined
+  auto join = [&]() -> absl::Status {
+    if (writer.joinable()) writer.join();
+    return written;
+  };
+  for (size_t i = 0; i < batches.size(); ++i) {
+    std::vector<char>& buffer = buffers[i % 2];
+    absl::Status read = Transfer(core, TransferKind::kRead, batches[i], buffer);
+    MESHPOOL_RETURN_IF_ERROR(join());
+    MESHPOOL_RETURN_IF_ERROR(read);
+    if (i > 0 && !progress(BytesOf(batches[i - 1]))) return stopped();
+    writer = std::thread([&, i, buffer_ptr = &buffer] {
+      written = Transfer(core, TransferKind::kWrite, batches[i], *buffer_ptr);
+      if (written.ok()) {
+        written = CheckBatch(core, current.name(), batches[i], /*moved=*/true,
+                             staging);
+      }
+    });
+  }
+  MESHPOOL_RETURN_IF_ERROR(join());
+  if (!batches.empty() && !progress(BytesOf(batches.back()))) return stopped();
   return absl::OkStatus();
 }
 

@@ -26,17 +26,21 @@ static_assert(kRepairPieceBytes <= kRepairBatchBytes);
 
 // Makes every stripe copy of `repaired` whose extent (node, incarnation,
 // allocation id) `current` does not have hold the bytes of a live copy of
-// the same stripe in `current`: the nodes digest source and target first
-// and only pieces that differ move (read into this process, written to
-// the target), then both are digested again and must match. Calls
-// progress(bytes) after each step; false from it stops the copy
-// (Cancelled). Errors: Unavailable (a node is down or did not answer),
-// Aborted (a piece kept changing over kRepairCopyAttempts copies: it is
-// being written), DataLoss (a stripe has no live copy to copy from),
-// InvalidArgument (a malformed placement table).
+// the same stripe in `current`, and checks it: the nodes digest source and
+// target, and pieces that differ are moved again (read into this process,
+// written to the target) until they agree. `check_first` false (new,
+// zero-filled copies): every piece is moved first, reading batch i + 1
+// while batch i is written and checked; true (a re-check): pieces are
+// digested first and only those that differ move. Calls progress(bytes)
+// after each batch; false from it stops the copy (Cancelled). Errors:
+// Unavailable (a node is down or did not answer), Aborted (a piece still
+// differed after kRepairCopyAttempts moves: it is being written), DataLoss
+// (a stripe has no live copy to copy from), InvalidArgument (a malformed
+// placement table).
 absl::Status CopyNewStripeCopies(Client& client,
                                  const proto::RegionInfo& current,
                                  const proto::RegionInfo& repaired,
+                                 bool check_first,
                                  const std::function<bool(uint64_t)>& progress);
 
 }  // namespace meshpool::client_internal

@@ -182,8 +182,8 @@ void RegionRepairer::Recheck() {
         current->layout_version() != r.repaired.layout_version()) {
       continue;  // deleted, renamed or repaired again since
     }
-    absl::Status s =
-        copier_(r.before, r.repaired, [](uint64_t) { return true; });
+    absl::Status s = copier_(r.before, r.repaired, CopyPass::kRecheck,
+                             [](uint64_t) { return true; });
     if (!s.ok()) {
       env_->Log("coordinator",
                 absl::StrCat("region '", r.repaired.name(),
@@ -208,11 +208,17 @@ size_t RegionRepairer::RepairOnce(const std::function<bool()>& stop) {
     absl::Status s = Repair(info, *map, stop);
     if (s.ok()) {
       ++repaired;
+      last_error_.erase(info.region_id());
       continue;
     }
-    env_->Log("coordinator", absl::StrCat("repairing region '", info.name(),
-                                          "' failed: ", s.ToString(),
-                                          "; the next pass tries again"));
+    // Each pass retries; the log says so once per distinct error.
+    std::string& last = last_error_[info.region_id()];
+    if (last != s.ToString()) {
+      last = s.ToString();
+      env_->Log("coordinator",
+                absl::StrCat("repairing region '", info.name(),
+                             "' failed: ", last, "; each pass tries again"));
+    }
     proto::RegionHealth failed;
     failed.set_repair_error(std::string(s.message()));
     table_->SetRepairStatus(info.region_id(), std::move(failed));
@@ -274,7 +280,7 @@ absl::Status RegionRepairer::Repair(const proto::RegionInfo& info,
     table_->SetRepairStatus(info.region_id(), progress);
     return !(stop && stop());
   };
-  s = copier(info, plan.repaired, on_progress);
+  s = copier(info, plan.repaired, CopyPass::kFill, on_progress);
   if (s.ok()) s = table_->CommitRepair(info, plan.repaired);
   release();
   if (!s.ok()) {

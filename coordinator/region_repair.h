@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,15 +54,18 @@ namespace meshpool::coordinator {
 // and as repaired (`repaired`: the same stripes, some copies on new
 // extents), makes every copy of `repaired` that `current` does not have
 // hold the bytes of a live copy of the same stripe that both have, and
-// checks it with the nodes' digests. Calls progress(bytes) as bytes are
-// checked or copied; when that returns false it stops and returns
-// Cancelled. Errors: Unavailable (a node failed or did not answer: retry
-// later), Aborted (a source kept changing under concurrent writes),
-// DataLoss (a stripe has no live source). Must be thread-safe.
+// checks it with the nodes' digests. kFill: the new copies are fresh
+// (zero-filled), copy them all; kRecheck: digest first and copy only what
+// differs. Calls progress(bytes) as bytes are copied or checked; when that
+// returns false it stops and returns Cancelled. Errors: Unavailable (a
+// node failed or did not answer: retry later), Aborted (a source kept
+// changing under concurrent writes), DataLoss (a stripe has no live
+// source). Must be thread-safe.
+enum class CopyPass { kFill, kRecheck };
 using RepairProgress = std::function<bool(uint64_t bytes)>;
 using StripeCopier = std::function<absl::Status(
     const proto::RegionInfo& current, const proto::RegionInfo& repaired,
-    const RepairProgress& progress)>;
+    CopyPass pass, const RepairProgress& progress)>;
 // Makes a StripeCopier that reaches the cluster through the coordinator at
 // `coordinator_address` (tools/ builds one from a meshpool::Client).
 using StripeCopierFactory = std::function<absl::StatusOr<StripeCopier>(
@@ -134,6 +138,9 @@ class RegionRepairer {
   Env* const env_;
   StripeCopier copier_;  // empty until made
   std::vector<PendingRecheck> rechecks_;
+  // The last failure logged per region id (logged again only when it
+  // changes).
+  std::map<uint64_t, std::string> last_error_;
 };
 
 }  // namespace meshpool::coordinator

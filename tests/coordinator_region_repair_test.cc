@@ -186,7 +186,9 @@ TEST_F(RegionRepairTest, PlanStopsAtTheNodesFreeMemory) {
   // whose survivor is n3 can go to n2.
   EXPECT_EQ(plan->copies_placed + plan->copies_unplaced, lost);
   for (size_t i = 0; i < plan->nodes.size(); ++i) {
-    if (plan->nodes[i].node_id() == "n3") EXPECT_LE(plan->copies[i], 4u);
+    if (plan->nodes[i].node_id() == "n3") {
+      EXPECT_LE(plan->copies[i], 4u);
+    }
   }
 }
 
@@ -194,9 +196,10 @@ TEST_F(RegionRepairTest, PlanStopsAtTheNodesFreeMemory) {
 struct FakeCopier {
   StripeCopier Get() {
     return [this](const proto::RegionInfo& current,
-                  const proto::RegionInfo& repaired,
+                  const proto::RegionInfo& repaired, CopyPass pass,
                   const RepairProgress& progress) {
       calls.push_back({current, repaired});
+      passes.push_back(pass);
       if (during) during();
       if (!progress(1)) return absl::CancelledError("stopped");
       return result;
@@ -208,6 +211,7 @@ struct FakeCopier {
     };
   }
   std::vector<std::pair<proto::RegionInfo, proto::RegionInfo>> calls;
+  std::vector<CopyPass> passes;
   absl::Status result;
   std::function<void()> during;
 };
@@ -245,7 +249,9 @@ TEST_F(RegionRepairTest, RepairRecordsTheNewLayoutAndBumpsTheEpoch) {
   // once more (one more copier call), then nothing.
   env_.Advance(kRepairSettle);
   EXPECT_EQ(repairer.RepairOnce(), 0u);
-  EXPECT_EQ(copier.calls.size(), 2u);
+  ASSERT_EQ(copier.calls.size(), 2u);
+  EXPECT_EQ(copier.passes[0], CopyPass::kFill);
+  EXPECT_EQ(copier.passes[1], CopyPass::kRecheck);
   EXPECT_EQ(repairer.RepairOnce(), 0u);
   EXPECT_EQ(copier.calls.size(), 2u);
   // Deleting the region frees the repair's allocations too.

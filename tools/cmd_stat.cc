@@ -1,6 +1,7 @@
 // `meshpool stat`: the cluster map with each node's memory, objects and
 // KV-cache counters (hits, misses, evictions, bytes in and out, pinned
-// bytes), and per client, what it reported to the nodes.
+// bytes), per client what it reported to the nodes, and each region's
+// health (copies lost, re-replication in progress).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -9,6 +10,7 @@
 #include "common/common.h"
 #include "common/json.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -115,14 +117,61 @@ void PrintTable(const ClusterStatus& status) {
   }
 }
 
+std::string RegionJson(const RegionDescription& r) {
+  const RegionHealth& h = r.health;
+  return absl::StrCat("{\"name\":", JsonQuote(r.name), ",\"size\":", r.size,
+                      ",\"replicas\":", r.replicas,
+                      ",\"health\":", JsonQuote(RegionHealthName(h.state)),
+                      ",\"stripes_degraded\":", h.stripes_degraded,
+                      ",\"stripes_lost\":", h.stripes_lost,
+                      ",\"repair_bytes_total\":", h.repair_bytes_total,
+                      ",\"repair_bytes_done\":", h.repair_bytes_done,
+                      ",\"repair_error\":", JsonQuote(h.repair_error), "}");
+}
+
+// What a region's health line says beyond its state.
+std::string HealthDetail(const RegionHealth& h) {
+  std::string out;
+  if (h.stripes_lost > 0) {
+    absl::StrAppend(&out, h.stripes_lost, " stripes have no copy left");
+  } else if (h.stripes_degraded > 0) {
+    absl::StrAppend(&out, h.stripes_degraded, " stripes lost a copy");
+  }
+  if (h.repair_bytes_total > 0) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", "copying ",
+                    FormatSize(h.repair_bytes_done), " of ",
+                    FormatSize(h.repair_bytes_total));
+  }
+  if (!h.repair_error.empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ",
+                    "repair failed: ", h.repair_error);
+  }
+  return out;
+}
+
+void PrintRegions(const std::vector<RegionDescription>& regions) {
+  if (regions.empty()) return;
+  std::printf("\n%-32s %9s %8s %-9s %s\n", "REGION", "SIZE", "REPLICAS",
+              "HEALTH", "");
+  for (const RegionDescription& r : regions) {
+    std::printf("%-32s %9s %8u %-9s %s\n", r.name.c_str(),
+                FormatSize(r.size).c_str(), r.replicas,
+                RegionHealthName(r.health.state),
+                HealthDetail(r.health).c_str());
+  }
+}
+
 }  // namespace
 
 int RunStat(int argc, char** argv) {
   Flags flags("meshpool stat [--json]",
               "Shows the cluster map: nodes, capacity, used bytes, objects, "
               "and KV-cache counters per node and per client (hits, misses, "
-              "evictions, bytes in/out, pinned bytes). Client counters are "
-              "what clients reported with their last session renewal.");
+              "evictions, bytes in/out, pinned bytes), and each region's "
+              "health: healthy, degraded (a node holding copies died; the "
+              "coordinator is copying them elsewhere) or lost. Client "
+              "counters are what clients reported with their last session "
+              "renewal.");
   DefineClientFlags(flags);
   flags.DefineBool("json", "print JSON");
   int rc = 0;
@@ -130,13 +179,20 @@ int RunStat(int argc, char** argv) {
   if (!client) return rc;
   auto status = client->Status();
   if (!status.ok()) return Fail("stat", status.status());
+  auto regions = ListRegions(*client, "");
+  if (!regions.ok()) return Fail("stat", regions.status());
   if (!flags.GetBool("json")) {
     PrintTable(*status);
+    PrintRegions(*regions);
     return 0;
   }
   std::string out = absl::StrCat("{\"epoch\":", status->epoch, ",\"nodes\":[");
   for (size_t i = 0; i < status->nodes.size(); ++i) {
     absl::StrAppend(&out, i ? "," : "", NodeJson(status->nodes[i]));
+  }
+  absl::StrAppend(&out, "],\"regions\":[");
+  for (size_t i = 0; i < regions->size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", RegionJson((*regions)[i]));
   }
   absl::StrAppend(&out, "]}\n");
   std::fputs(out.c_str(), stdout);

@@ -139,8 +139,13 @@ int ListModelsCommand(Client& client, bool json) {
                 << ", \"tensors\": " << m.tensors
                 << ", \"bytes\": " << m.tensor_bytes
                 << ", \"region\": " << JsonQuote(m.region) << ", \"files\": ["
-                << absl::StrJoin(files, ", ") << "], \"loaded_unix_ms\": "
-                << absl::ToUnixMillis(m.loaded) << "}";
+                << absl::StrJoin(files, ", ")
+                << "], \"loaded_unix_ms\": " << absl::ToUnixMillis(m.loaded)
+                << ", \"health\": "
+                << JsonQuote(RegionHealthName(m.health.state))
+                << ", \"repair_bytes_done\": " << m.health.repair_bytes_done
+                << ", \"repair_bytes_total\": " << m.health.repair_bytes_total
+                << "}";
     }
     std::cout << "]\n";
     return 0;
@@ -150,12 +155,22 @@ int ListModelsCommand(Client& client, bool json) {
                  "NAME loads one)\n";
     return 0;
   }
-  std::cout << absl::StrFormat("%-32s %8s %10s  %s\n", "MODEL", "TENSORS",
-                               "SIZE", "LOADED");
+  std::cout << absl::StrFormat("%-32s %8s %10s  %-19s  %s\n", "MODEL",
+                               "TENSORS", "SIZE", "LOADED", "HEALTH");
   for (const ModelInfo& m : *models) {
+    std::string health = RegionHealthName(m.health.state);
+    if (m.health.repair_bytes_total > 0) {
+      absl::StrAppend(&health, " (copying ",
+                      FormatSize(m.health.repair_bytes_done), " of ",
+                      FormatSize(m.health.repair_bytes_total), ")");
+    } else if (!m.health.repair_error.empty()) {
+      absl::StrAppend(&health, " (", m.health.repair_error, ")");
+    }
     std::cout << absl::StrFormat(
-        "%-32s %8d %10s  %s\n", m.name, m.tensors, FormatSize(m.tensor_bytes),
-        absl::FormatTime("%Y-%m-%d %H:%M:%S", m.loaded, absl::LocalTimeZone()));
+        "%-32s %8d %10s  %-19s  %s\n", m.name, m.tensors,
+        FormatSize(m.tensor_bytes),
+        absl::FormatTime("%Y-%m-%d %H:%M:%S", m.loaded, absl::LocalTimeZone()),
+        health);
   }
   return 0;
 }

@@ -17,10 +17,12 @@ coordinator::StripeCopierFactory ClientStripeCopier(
     std::shared_ptr<Client> client = std::move(made);
     return coordinator::StripeCopier(
         [client](const proto::RegionInfo& current,
-                 const proto::RegionInfo& repaired,
+                 const proto::RegionInfo& repaired, coordinator::CopyPass pass,
                  const coordinator::RepairProgress& progress) {
-          return client_internal::CopyNewStripeCopies(*client, current,
-                                                      repaired, progress);
+          return client_internal::CopyNewStripeCopies(
+              *client, current, repaired,
+              /*check_first=*/pass == coordinator::CopyPass::kRecheck,
+              progress);
         });
   };
 }

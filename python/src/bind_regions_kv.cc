@@ -17,11 +17,12 @@ using PyRegion = ClientBound<Region>;
 
 py::object Described(const RegionDescription& d) {
   py::object ns = py::module_::import("types").attr("SimpleNamespace");
-  return ns(py::arg("name") = d.name, py::arg("size") = d.size,
-            py::arg("stripe_bytes") = d.stripe_bytes,
-            py::arg("replicas") = d.replicas, py::arg("nodes") = d.nodes,
-            py::arg("created") =
-                absl::ToDoubleSeconds(d.created - absl::UnixEpoch()));
+  return ns(
+      py::arg("name") = d.name, py::arg("size") = d.size,
+      py::arg("stripe_bytes") = d.stripe_bytes,
+      py::arg("replicas") = d.replicas, py::arg("nodes") = d.nodes,
+      py::arg("created") = absl::ToDoubleSeconds(d.created - absl::UnixEpoch()),
+      py::arg("health") = HealthObject(d.health));
 }
 
 absl::Duration Ttl(const py::object& ttl, bool none_is_hard) {

@@ -33,7 +33,8 @@ py::object ModelObject(const ModelInfo& m) {
       py::arg("name") = m.name, py::arg("region") = m.region,
       py::arg("tensors") = m.tensors, py::arg("tensor_bytes") = m.tensor_bytes,
       py::arg("files") = m.files,
-      py::arg("loaded") = absl::ToDoubleSeconds(m.loaded - absl::UnixEpoch()));
+      py::arg("loaded") = absl::ToDoubleSeconds(m.loaded - absl::UnixEpoch()),
+      py::arg("health") = HealthObject(m.health));
 }
 
 PyMemory Writable(const py::handle& buffer) {

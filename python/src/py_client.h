@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "meshpool/client.h"
+#include "meshpool/region.h"
 
 namespace meshpool::python {
 
@@ -56,6 +57,11 @@ T ValueOrRaise(absl::StatusOr<T> v) {
 // (get() and Region.read() building their bytes objects).
 // The zero-copy calls never add to it; tests read it to prove that.
 std::atomic<uint64_t>& BindingCopiedBytes();
+
+// A region's health as a types.SimpleNamespace: state ("healthy",
+// "degraded", "lost", "unknown"), stripes_degraded, stripes_lost,
+// repair_bytes_total, repair_bytes_done, repair_error. REQUIRES: the GIL.
+py::object HealthObject(const RegionHealth& health);
 
 // ---- Keys and buffers
 // --------------------------------------------------------

@@ -73,6 +73,16 @@ std::vector<std::string> KeysFrom(const py::handle& keys) {
   return out;
 }
 
+py::object HealthObject(const RegionHealth& health) {
+  return py::module_::import("types").attr("SimpleNamespace")(
+      py::arg("state") = std::string(RegionHealthName(health.state)),
+      py::arg("stripes_degraded") = health.stripes_degraded,
+      py::arg("stripes_lost") = health.stripes_lost,
+      py::arg("repair_bytes_total") = health.repair_bytes_total,
+      py::arg("repair_bytes_done") = health.repair_bytes_done,
+      py::arg("repair_error") = health.repair_error);
+}
+
 std::vector<absl::string_view> Views(const std::vector<std::string>& keys) {
   return std::vector<absl::string_view>(keys.begin(), keys.end());
 }
