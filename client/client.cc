@@ -177,6 +177,7 @@ absl::StatusOr<ClusterStatus> Client::Status() {
     n.node_id = e.info().node_id();
     n.alive = e.state() == proto::NODE_ALIVE;
     n.control_address = e.info().control_address();
+    n.metrics_address = e.info().metrics_address();
     if (!e.info().transport_addresses().empty()) {
       n.transport_address = e.info().transport_addresses(0);
     }

@@ -104,6 +104,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
     coordinator->repair_thread_ =
         std::thread([c = coordinator.get()] { c->RepairLoop(); });
   }
+  // Last: the page reads everything above.
+  if (!options.metrics_listen.empty()) {
+    metrics::HttpServer::Handlers handlers;
+    handlers.metrics = [c = coordinator.get()] { return c->MetricsPage(); };
+    handlers.health = [c = coordinator.get()] {
+      return c->membership_->Map().status();
+    };
+    MESHPOOL_ASSIGN_OR_RETURN(coordinator->metrics_,
+                              metrics::HttpServer::Start(options.metrics_listen,
+                                                         std::move(handlers)));
+  }
   return coordinator;
 }
 
@@ -123,6 +134,10 @@ Coordinator::Coordinator(std::unique_ptr<Membership> membership,
 
 Coordinator::~Coordinator() { Shutdown(); }
 
+std::string Coordinator::metrics_url() const {
+  return metrics_ == nullptr ? std::string() : metrics_->url();
+}
+
 std::string Coordinator::address() const {
   return absl::StrCat(listen_host_, ":", server_->port());
 }
@@ -137,6 +152,7 @@ void Coordinator::Shutdown() {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
+  metrics_.reset();
   membership_->Shutdown();  // ends watch streams first, so the grace is short
   if (server_ != nullptr) server_->Shutdown(kShutdownGrace);
   {

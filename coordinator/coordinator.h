@@ -35,6 +35,7 @@
 #include "coordinator/coordinator_state.h"
 #include "coordinator/region_repair.h"
 #include "coordinator/region_table.h"
+#include "metrics/metrics.h"
 #include "placement/coordinator_client.h"
 #include "proto/meshpool.pb.h"
 
@@ -73,6 +74,9 @@ struct CoordinatorOptions {
   // repairs; regions still report their health.
   StripeCopierFactory stripe_copier;
   absl::Duration repair_every = kDefaultRepairEvery;
+  // Serve Prometheus metrics and a health check over HTTP on this
+  // "host:port" (metrics/metrics.h; port 0 picks one). Empty: none.
+  std::string metrics_listen;
 };
 
 class Membership;
@@ -98,6 +102,9 @@ class Coordinator {
   // listening on a wildcard address).
   std::string address() const;
 
+  // "http://host:port/metrics" with options.metrics_listen; empty without.
+  std::string metrics_url() const;
+
   // A copy of the current map. Empty (epoch 0) if the state cannot be read,
   // which the in-memory state never fails to.
   proto::ClusterMap Map() const;
@@ -121,6 +128,8 @@ class Coordinator {
   // Declares nodes silent for dead_after dead, now. Returns how many.
   absl::StatusOr<int> Reap();
   void ReaperLoop();
+  // The /metrics page (coordinator_metrics.cc).
+  std::string MetricsPage() const;
   void RepairLoop();
 
   const absl::Duration reap_every_;
@@ -136,6 +145,7 @@ class Coordinator {
   std::unique_ptr<RegionTable> regions_;
   std::unique_ptr<RegionRepairer> repairer_;  // null without a copier factory
   std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<metrics::HttpServer> metrics_;  // stopped first in Shutdown
   absl::Mutex reaper_mu_;
   // Stops the reaper and repair threads.
   bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;

@@ -156,6 +156,11 @@ RegionRepairer::RegionRepairer(CoordinatorState* state, RegionTable* table,
       coordinator_address_(std::move(coordinator_address)),
       env_(EnvOrDefault(env)) {}
 
+RegionRepairer::Counters RegionRepairer::counters() const {
+  absl::MutexLock lock(&counters_mu_);
+  return counters_;
+}
+
 absl::StatusOr<StripeCopier> RegionRepairer::Copier() {
   if (copier_) return copier_;
   absl::StatusOr<StripeCopier> made = factory_(coordinator_address_);
@@ -210,6 +215,10 @@ size_t RegionRepairer::RepairOnce(const std::function<bool()>& stop) {
       ++repaired;
       last_error_.erase(info.region_id());
       continue;
+    }
+    {
+      absl::MutexLock lock(&counters_mu_);
+      ++counters_.failed;
     }
     // Each pass retries; the log says so once per distinct error.
     std::string& last = last_error_[info.region_id()];
@@ -290,6 +299,11 @@ absl::Status RegionRepairer::Repair(const proto::RegionInfo& info,
     return s;
   }
   table_->SetRepairStatus(info.region_id(), std::nullopt);
+  {
+    absl::MutexLock lock(&counters_mu_);
+    ++counters_.repaired;
+    counters_.bytes_copied += plan.bytes;
+  }
   env_->Log(
       "coordinator",
       absl::StrCat("region '", info.name(), "': repaired (layout version ",

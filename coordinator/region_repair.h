@@ -28,8 +28,9 @@
 // (weights, published snapshots), and a writer that must know every copy
 // holds its bytes calls Region::Verify.
 //
-// Thread-safety: RegionRepairer is thread-compatible; the coordinator calls
-// RepairOnce from one thread. PlanRepair is a pure function.
+// Thread-safety: RegionRepairer is thread-compatible, but for counters(),
+// which any thread may call; the coordinator calls RepairOnce from one
+// thread. PlanRepair is a pure function.
 #ifndef MESHPOOL_COORDINATOR_REGION_REPAIR_H_
 #define MESHPOOL_COORDINATOR_REGION_REPAIR_H_
 
@@ -39,8 +40,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/env.h"
@@ -107,6 +110,14 @@ class RegionRepairer {
                  StripeCopierFactory factory, std::string coordinator_address,
                  Env* env = nullptr);
 
+  // What the repairer did since it was made.
+  struct Counters {
+    uint64_t repaired = 0;      // repairs recorded
+    uint64_t failed = 0;        // repair attempts that failed
+    uint64_t bytes_copied = 0;  // bytes of the recorded repairs
+  };
+  Counters counters() const;
+
   // One pass over the table: repairs every region that lost copies and can
   // be repaired, one after another. Returns how many were recorded
   // repaired; failures are logged and shown in the regions' health.
@@ -137,6 +148,8 @@ class RegionRepairer {
   const std::string coordinator_address_;
   Env* const env_;
   StripeCopier copier_;  // empty until made
+  mutable absl::Mutex counters_mu_;  // metrics scrapes read them
+  Counters counters_ ABSL_GUARDED_BY(counters_mu_);
   std::vector<PendingRecheck> rechecks_;
   // The last failure logged per region id (logged again only when it
   // changes).

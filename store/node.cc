@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -18,9 +19,11 @@
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "format/layout.h"
+#include "metrics/metrics.h"
 #include "placement/coordinator_client.h"
 #include "rdma/shm.h"
 #include "store/evictor.h"
+#include "store/node_metrics.h"
 #include "store/node_service.h"
 #include "store/pin_tables.h"
 #include "store/pool.h"
@@ -181,6 +184,10 @@ class NodeImpl {
   // Serves the (shared) pool over shared memory; returns its address.
   absl::StatusOr<std::string> ServeShm(absl::string_view transport_address);
   absl::Status Register();
+  // Starts the metrics server (options_.metrics_listen) and publishes its
+  // address in info_.
+  absl::Status ServeMetrics();
+  std::string MetricsPage() const;
   void HeartbeatLoop();
   void ReclaimLoop();
   // Waits up to `d`; true once Shutdown has begun.
@@ -211,6 +218,14 @@ class NodeImpl {
   std::unique_ptr<NodeServer> server_;
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   proto::NodeInfo info_;  // immutable once Start returns
+  // Stopped first in Shutdown; its handler reads info_ only once
+  // metrics_ready_ is set (after registration).
+  std::unique_ptr<metrics::HttpServer> metrics_;
+  std::atomic<bool> metrics_ready_{false};
+  std::atomic<bool> fenced_{false};  // declared dead
+  // When the coordinator last answered a heartbeat or registration, in
+  // absl::ToUnixNanos of options_.env's clock.
+  std::atomic<int64_t> heartbeat_ok_ns_{0};
   absl::Duration heartbeat_interval_ = kDefaultHeartbeatInterval;
 
   absl::Mutex stop_mu_;
@@ -258,7 +273,11 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
       new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
   WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);
   MESHPOOL_RETURN_IF_ERROR(node->Serve(*layout));
+  if (!node->options_.metrics_listen.empty()) {
+    MESHPOOL_RETURN_IF_ERROR(node->ServeMetrics());
+  }
   MESHPOOL_RETURN_IF_ERROR(node->Register());
+  node->metrics_ready_ = true;
   node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
   node->reclaimer_ = std::thread([n = node.get()] { n->ReclaimLoop(); });
   return node;
@@ -386,6 +405,7 @@ absl::Status NodeImpl::Register() {
   coordinator_ = *std::move(client);
   MESHPOOL_ASSIGN_OR_RETURN(proto::RegisterNodeReply reply,
                             coordinator_->RegisterNode(info_));
+  heartbeat_ok_ns_ = absl::ToUnixNanos(options_.env->Now());
   info_.set_node_id(reply.node_id());
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
@@ -444,6 +464,7 @@ void NodeImpl::HeartbeatLoop() {
     }
     if (!reachable) Log("coordinator reachable again");
     reachable = true;
+    heartbeat_ok_ns_ = absl::ToUnixNanos(options_.env->Now());
     if (reply->known()) continue;
     if (reply->declared_dead()) {
       // Keys homed here may have been rewritten on other nodes since; serving
@@ -453,6 +474,7 @@ void NodeImpl::HeartbeatLoop() {
           "stale, so it stops serving (restart it to rejoin empty)");
       shm_region_.reset();
       region_.reset();
+      fenced_ = true;
       if (options_.on_declared_dead) options_.on_declared_dead();
       return;
     }
@@ -530,6 +552,41 @@ proto::NodeStats NodeImpl::Stats() const {
   return s;
 }
 
+absl::Status NodeImpl::ServeMetrics() {
+  metrics::HttpServer::Handlers handlers;
+  handlers.metrics = [this] { return MetricsPage(); };
+  handlers.health = [this] {
+    if (fenced_) {
+      return absl::FailedPreconditionError(
+          "the coordinator declared this node dead: it serves nothing; restart "
+          "it");
+    }
+    return absl::OkStatus();
+  };
+  MESHPOOL_ASSIGN_OR_RETURN(
+      metrics_,
+      metrics::HttpServer::Start(options_.metrics_listen, std::move(handlers)));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::string url, Advertised(metrics_->url(), options_.advertise_host));
+  info_.set_metrics_address(url);
+  Log(absl::StrCat("metrics on ", info_.metrics_address()));
+  return absl::OkStatus();
+}
+
+std::string NodeImpl::MetricsPage() const {
+  if (!metrics_ready_) return "";  // registering: info_ is still changing
+  const proto::NodeStats stats = Stats();
+  NodeMetricsInput in;
+  in.info = &info_;
+  in.stats = &stats;
+  in.slabs = slabs_->Counts();
+  in.fenced = fenced_;
+  const int64_t ok_ns = heartbeat_ok_ns_;
+  if (ok_ns != 0)
+    in.since_heartbeat = options_.env->Now() - absl::FromUnixNanos(ok_ns);
+  return NodeMetricsText(in);
+}
+
 void NodeImpl::Shutdown() {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_) return;
@@ -538,6 +595,7 @@ void NodeImpl::Shutdown() {
     absl::MutexLock stop_lock(&stop_mu_);
     stop_ = true;
   }
+  metrics_.reset();  // no scrape reads what the rest of Shutdown stops
   if (server_ != nullptr)
     server_->Shutdown(NodeServer::kDefaultShutdownDeadline);
   if (heartbeat_.joinable()) heartbeat_.join();

@@ -79,6 +79,10 @@ struct NodeOptions {
   // atomics still go through the node's transport on verbs.
   bool shm = true;
   std::string shm_socket;
+  // Serve Prometheus metrics and a health check over HTTP on this
+  // "host:port" (metrics/metrics.h; port 0 picks one), published in
+  // NodeInfo.metrics_address. Empty: no metrics server.
+  std::string metrics_listen;
   // How long Start waits for the coordinator to answer.
   absl::Duration coordinator_timeout = absl::Seconds(3);
   bool huge_pages = true;  // try 2 MiB pages, fall back to THP / 4 KiB

@@ -63,6 +63,10 @@ int RunCoordinator(int argc, char** argv) {
                    "the data plane)");
   flags.Define("repair-every", "1s",
                "how often to look for regions that lost copies");
+  flags.Define("metrics-listen", "",
+               "serve Prometheus metrics (/metrics) and a health check "
+               "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
+               "none)");
   DefineTransportFlags(flags, /*with_transport=*/false);
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
@@ -79,6 +83,7 @@ int RunCoordinator(int argc, char** argv) {
   options.env = StderrEnv();
   options.listen = flags.Get("listen");
   options.state_dir = flags.Get("state-dir");
+  options.metrics_listen = flags.Get("metrics-listen");
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
   if (!interval.ok()) return Fail("coordinator", interval.status());
@@ -94,6 +99,10 @@ int RunCoordinator(int argc, char** argv) {
   // LocalCluster reads this line: keep the address as the last word.
   std::printf("meshpool coordinator listening on %s\n",
               (*coordinator)->address().c_str());
+  if (!(*coordinator)->metrics_url().empty()) {
+    std::printf("meshpool coordinator metrics on %s\n",
+                (*coordinator)->metrics_url().c_str());
+  }
   std::fflush(stdout);
   WaitForStopSignal();
   (*coordinator)->Shutdown();
@@ -177,6 +186,10 @@ int RunNode(int argc, char** argv) {
                    "do not serve same-host clients over shared memory");
   flags.Define("shm-socket", "",
                "unix socket for same-host clients (default: under /tmp)");
+  flags.Define("metrics-listen", "",
+               "serve Prometheus metrics (/metrics) and a health check "
+               "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
+               "none); published in the cluster map");
   DefineEvictionFlags(flags);
   if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
@@ -209,6 +222,7 @@ int RunNode(int argc, char** argv) {
   options.huge_pages = !flags.GetBool("no-huge-pages");
   options.shm = !flags.GetBool("no-shm");
   options.shm_socket = flags.Get("shm-socket");
+  options.metrics_listen = flags.Get("metrics-listen");
   static std::atomic<bool> declared_dead{false};
   options.on_declared_dead = [] {
     declared_dead = true;

@@ -2,6 +2,8 @@
 // KV-cache counters (hits, misses, evictions, bytes in and out, pinned
 // bytes), per client what it reported to the nodes, and each region's
 // health (copies lost, re-replication in progress).
+#include <unistd.h>
+
 #include <cstdio>
 #include <map>
 #include <string>
@@ -46,6 +48,7 @@ std::string NodeJson(const NodeStatus& n) {
       "{\"id\":", JsonQuote(n.node_id),
       ",\"alive\":", n.alive ? "true" : "false",
       ",\"address\":", JsonQuote(n.transport_address),
+      ",\"metrics\":", JsonQuote(n.metrics_address),
       ",\"capacity_bytes\":", n.capacity_bytes,
       ",\"used_bytes\":", n.used_bytes, ",\"objects\":", n.objects,
       ",\"slabs_total\":", n.slabs_total, ",\"slabs_free\":", n.slabs_free,
@@ -161,7 +164,91 @@ void PrintRegions(const std::vector<RegionDescription>& regions) {
   }
 }
 
+// Per live node, what changed since `before` (`seconds` ago): client
+// reported GETs, hit ratio, PUTs and bytes per second.
+void PrintRates(const ClusterStatus& before, const ClusterStatus& now,
+                double seconds) {
+  std::printf("\n%-12s %10s %6s %10s %10s %10s   (client-reported, per s)\n",
+              "NODE", "GET/s", "HIT%", "PUT/s", "IN/s", "OUT/s");
+  for (const NodeStatus& n : now.nodes) {
+    if (!n.alive) continue;
+    const NodeStatus* old = nullptr;
+    for (const NodeStatus& b : before.nodes) {
+      if (b.node_id == n.node_id) old = &b;
+    }
+    KvStats d;
+    if (old != nullptr && old->clients.hits <= n.clients.hits) {
+      d.hits = n.clients.hits - old->clients.hits;
+      d.misses = n.clients.misses - old->clients.misses;
+      d.puts = n.clients.puts - old->clients.puts;
+      d.bytes_in = n.clients.bytes_in - old->clients.bytes_in;
+      d.bytes_out = n.clients.bytes_out - old->clients.bytes_out;
+    }
+    const uint64_t gets = d.hits + d.misses;
+    std::printf(
+        "%-12s %10.0f %6s %10.0f %9s %9s\n", n.node_id.c_str(), gets / seconds,
+        gets == 0 ? "-" : absl::StrCat(100 * d.hits / gets, "%").c_str(),
+        d.puts / seconds,
+        absl::StrCat(FormatSize(static_cast<uint64_t>(d.bytes_in / seconds)))
+            .c_str(),
+        absl::StrCat(FormatSize(static_cast<uint64_t>(d.bytes_out / seconds)))
+            .c_str());
+  }
+}
+
 }  // namespace
+
+int RunTop(int argc, char** argv) {
+  Flags flags("meshpool top [--interval 1s] [--iterations N]",
+              "Shows the cluster live in the terminal, refreshed every "
+              "interval: nodes (capacity, use, objects, counters), the rates "
+              "since the last refresh (GETs, hit ratio, PUTs, bytes in and "
+              "out, as clients report them with their session renewals, so "
+              "they trail by up to a few seconds) and region health. Ctrl-C "
+              "quits.");
+  DefineClientFlags(flags);
+  flags.Define("interval", "1s", "time between refreshes");
+  flags.Define("iterations", "0",
+               "refresh this many times, then exit (0: until Ctrl-C)");
+  int rc = 0;
+  auto client = OpenClient(flags, argc, argv, "top", 0, 0, &rc);
+  if (!client) return rc;
+  auto interval = flags.GetDuration("interval");
+  auto iterations = flags.GetInt("iterations");
+  if (!interval.ok()) return Fail("top", interval.status());
+  if (!iterations.ok()) return Fail("top", iterations.status());
+  if (*interval <= absl::ZeroDuration()) {
+    return Fail("top", absl::InvalidArgumentError(
+                           "--interval must be positive, e.g. 1s"));
+  }
+  const bool tty = isatty(STDOUT_FILENO);
+  absl::StatusOr<ClusterStatus> before = client->Status();
+  if (!before.ok()) return Fail("top", before.status());
+  absl::Time last = absl::Now();
+  for (int64_t i = 0; *iterations == 0 || i < *iterations; ++i) {
+    absl::SleepFor(*interval);
+    absl::StatusOr<ClusterStatus> now = client->Status();
+    auto regions = ListRegions(*client, "");
+    const absl::Time at = absl::Now();
+    if (tty) std::fputs("\033[H\033[2J", stdout);  // home, clear
+    std::printf("meshpool top  %s  every %s\n",
+                absl::FormatTime("%H:%M:%S", at, absl::LocalTimeZone()).c_str(),
+                absl::FormatDuration(*interval).c_str());
+    if (!now.ok()) {
+      std::printf("\ncluster unreachable: %s (retrying)\n",
+                  ForCommandLine(now.status().message()).c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    PrintTable(*now);
+    PrintRates(*before, *now, absl::ToDoubleSeconds(at - last));
+    if (regions.ok()) PrintRegions(*regions);
+    std::fflush(stdout);
+    before = std::move(now);
+    last = at;
+  }
+  return 0;
+}
 
 int RunStat(int argc, char** argv) {
   Flags flags("meshpool stat [--json]",

@@ -19,6 +19,7 @@ int RunPut(int argc, char** argv);
 int RunGet(int argc, char** argv);
 int RunDel(int argc, char** argv);
 int RunStat(int argc, char** argv);
+int RunTop(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
 int RunWeights(int argc, char** argv);

@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"get", meshpool::tools::RunGet, "fetch a value to stdout or a file"},
     {"del", meshpool::tools::RunDel, "delete a key"},
     {"stat", meshpool::tools::RunStat, "show nodes, capacity, use, objects"},
+    {"top", meshpool::tools::RunTop,
+     "show the cluster live: nodes, rates, region health"},
     {"pin", meshpool::tools::RunPin,
      "pin keys against eviction (--ttl, --hard, --hold)"},
     {"prefix", meshpool::tools::RunPrefix,

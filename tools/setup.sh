@@ -8,6 +8,8 @@ PACKAGES=(
   libabsl-dev libxxhash-dev libibverbs-dev ibverbs-providers
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Metrics over HTTP (metrics/): the embedded HTTP server.
+  libmicrohttpd-dev
   # The Python package (python/): Debian's python3 and its packages.
   python3-dev python3-pybind11 pybind11-dev python3-pytest python3-numpy
   python3-torch python3-venv python3-pip python3-setuptools python3-wheel

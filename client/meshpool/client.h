@@ -122,6 +122,7 @@ struct NodeStatus {
   bool alive = false;
   std::string control_address;
   std::string transport_address;
+  std::string metrics_address;  // "http://host:port/metrics"; empty: none
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t objects = 0;
