@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -305,15 +307,41 @@ int RunUp(int argc, char** argv) {
               "memory nodes, each its own process on 127.0.0.1 (verbs when "
               "an RDMA device is active, else TCP). Prints the coordinator "
               "address; Ctrl-C stops all. A node that dies is reported and "
-              "the cluster serves on without it.");
+              "the cluster serves on without it; a coordinator that dies is "
+              "started again from its state directory.");
   DefineClusterFlags(flags, "7070");
   flags.DefineBool("restart-nodes", "start a memory node again when it dies");
+  flags.Define("state-dir", "",
+               "keep the coordinator's state (regions, models, node "
+               "incarnations) here; a coordinator that dies is started again "
+               "from it (default: a new directory under $TMPDIR, removed at "
+               "exit)");
+  flags.DefineBool("no-state",
+                   "keep the coordinator's state in memory only: a "
+                   "coordinator that dies stops the cluster");
   if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
   if (!options.ok()) return Fail("up", options.status());
+  // The state directory: given, or made for this run (and removed at exit).
+  std::string made_state_dir;
+  if (!flags.GetBool("no-state")) {
+    options->state_dir = flags.Get("state-dir");
+    if (options->state_dir.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string pattern = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp",
+                                         "/meshpool-up-XXXXXX");
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return Fail("up", ErrnoToStatus(errno, "creating a state directory"));
+      }
+      made_state_dir = options->state_dir = pattern;
+    }
+  }
   BlockStopSignals();
   auto cluster = LocalCluster::Start(*options);
-  if (!cluster.ok()) return Fail("up", cluster.status());
+  if (!cluster.ok()) {
+    if (!made_state_dir.empty()) std::filesystem::remove_all(made_state_dir);
+    return Fail("up", cluster.status());
+  }
   std::printf(
       "meshpool cluster up: coordinator %s, %d nodes x %s\n"
       "  in another terminal: export MESHPOOL_COORDINATOR=%s\n"
@@ -322,6 +350,13 @@ int RunUp(int argc, char** argv) {
       (*cluster)->coordinator_address().c_str(), options->nodes,
       FormatSize(options->capacity_bytes).c_str(),
       (*cluster)->coordinator_address().c_str());
+  if (!options->state_dir.empty()) {
+    std::printf(
+        "coordinator state in %s%s (a coordinator that dies is "
+        "restarted from it)\n",
+        options->state_dir.c_str(),
+        made_state_dir.empty() ? "" : ", removed at exit");
+  }
   std::fflush(stdout);
   std::string why = (*cluster)->WaitForStop(
       [](const std::string& event) {
@@ -331,6 +366,7 @@ int RunUp(int argc, char** argv) {
       flags.GetBool("restart-nodes"));
   std::printf("%s\n", why.c_str());
   (*cluster)->Stop();
+  if (!made_state_dir.empty()) std::filesystem::remove_all(made_state_dir);
   return 0;
 }
 

@@ -96,6 +96,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   coordinator_args.insert(coordinator_args.end(),
                           options.coordinator_args.begin(),
                           options.coordinator_args.end());
+  if (!options.state_dir.empty()) {
+    coordinator_args.push_back("--state-dir");
+    coordinator_args.push_back(options.state_dir);
+    cluster->restart_coordinator_ = true;
+  }
   // The coordinator is silent when healthy; its errors always show.
   absl::StatusOr<pid_t> pid =
       Spawn(binary, coordinator_args, fds[1], /*quiet=*/false);
@@ -116,6 +121,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
         "in use? pick another with --port");
   }
   cluster->coordinator_ = words.back();
+  // A restart binds the port this one got.
+  coordinator_args[2] = cluster->coordinator_;
+  cluster->coordinator_args_ = coordinator_args;
   for (int i = 0; i < options.nodes; ++i) {
     std::vector<std::string> args = {
         "node", "--coordinator", cluster->coordinator_, "--capacity",
@@ -176,8 +184,19 @@ std::string LocalCluster::WaitForStop(
     int status;
     if (coordinator_pid_ > 0 && waitpid(coordinator_pid_, &status, WNOHANG) == coordinator_pid_) {
       coordinator_pid_ = -1;
-      return absl::StrCat("the coordinator ended (", ExitDescription(status),
-                          "); stopping the cluster");
+      if (!restart_coordinator_) {
+        return absl::StrCat("the coordinator ended (", ExitDescription(status),
+                            "); stopping the cluster");
+      }
+      if (absl::Now() - coordinator_started_ < absl::Seconds(2)) {
+        return absl::StrCat(
+            "the coordinator ended again (", ExitDescription(status),
+            ") right after a restart; stopping the cluster (run "
+            "`meshpool coordinator` by hand to see why)");
+      }
+      report(RestartCoordinator(status));
+      if (coordinator_pid_ < 0)
+        return "the coordinator could not be restarted; stopping the cluster";
     }
     for (size_t i = 0; i < nodes_.size(); ++i) {
       pid_t p = nodes_[i];
@@ -200,6 +219,29 @@ std::string LocalCluster::WaitForStop(
                                                     again.status().ToString())));
     }
   }
+}
+
+std::string LocalCluster::RestartCoordinator(int status) {
+  const std::string ended =
+      absl::StrCat("the coordinator ended (", ExitDescription(status), "); ");
+  // Its port may stay taken for a moment (connections in TIME_WAIT do not
+  // block a listener, but the old socket may still be closing).
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    absl::StatusOr<pid_t> pid =
+        Spawn(binary_, coordinator_args_, -1, /*quiet=*/false);
+    if (!pid.ok())
+      return absl::StrCat(ended,
+                          "restarting it failed: ", pid.status().ToString());
+    absl::SleepFor(absl::Milliseconds(200));
+    int again;
+    if (waitpid(*pid, &again, WNOHANG) == 0) {
+      coordinator_pid_ = *pid;
+      coordinator_started_ = absl::Now();
+      return absl::StrCat(ended, "restarted from its state as pid ", *pid,
+                          " on ", coordinator_);
+    }
+  }
+  return absl::StrCat(ended, "it would not start again on ", coordinator_);
 }
 
 void LocalCluster::Stop() {

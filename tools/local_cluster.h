@@ -28,6 +28,10 @@ struct LocalClusterOptions {
   bool quiet = true;  // nodes' stderr to /dev/null (the coordinator's shows)
   std::vector<std::string> node_args;        // extra `meshpool node` flags
   std::vector<std::string> coordinator_args;  // extra `meshpool coordinator` flags
+  // The coordinator keeps its state here (--state-dir); WaitForStop then
+  // starts a coordinator that dies again, on the same port, from that
+  // state. Empty: memory only, and a dead coordinator stops the cluster.
+  std::string state_dir;
 };
 
 class LocalCluster {
@@ -40,8 +44,10 @@ class LocalCluster {
 
   const std::string& coordinator_address() const { return coordinator_; }
   const std::vector<pid_t>& node_pids() const { return nodes_; }
-  // Blocks until SIGINT/SIGTERM or until the coordinator exits on its own;
-  // returns a description of why. A memory node that exits is reported
+  // Blocks until SIGINT/SIGTERM or until the coordinator exits on its own
+  // (without options.state_dir; with it, the coordinator is started again
+  // and `report`ed); returns a description of why. A memory node that exits
+  // is reported
   // through `report` and the cluster serves on without it (its keys read
   // as misses, its region stripes from other copies), or, with
   // `restart_nodes`, is started again under the same id (a new incarnation).
@@ -56,6 +62,11 @@ class LocalCluster {
   bool quiet_ = true;
   std::string coordinator_;
   pid_t coordinator_pid_ = -1;
+  std::vector<std::string> coordinator_args_;  // to restart it (bound port)
+  bool restart_coordinator_ = false;
+  absl::Time coordinator_started_ = absl::InfinitePast();
+  // Starts the coordinator again after it died; returns what to report.
+  std::string RestartCoordinator(int status);
   std::vector<pid_t> nodes_;
   std::vector<std::vector<std::string>> node_args_;  // to restart node i
 };

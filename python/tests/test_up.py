@@ -94,3 +94,38 @@ def test_up_survives_a_dead_node(restart):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=30)
+
+
+def test_up_restarts_a_dead_coordinator_from_its_state():
+    up, address = start_up()
+    state_dir = None
+    try:
+        line = read_until(up, "coordinator state in ")
+        m = re.search(r"coordinator state in (\S+), removed at exit", line)
+        assert m, line
+        state_dir = m.group(1)
+        assert os.path.isdir(state_dir)
+        with meshpool.Client(address) as c:
+            c.put("kept", b"value")
+            c.create_region("up/kept", 1 << 20, stripe_bytes=64 << 10, replicas=2)
+        out = subprocess.run(["pgrep", "-f", f"coordinator --listen .*--state-dir {state_dir}"],
+                             capture_output=True, text=True).stdout.split()
+        assert len(out) == 1, f"pgrep found {out}"
+        os.kill(int(out[0]), signal.SIGKILL)
+        line = read_until(up, "restarted from its state")
+        assert "the coordinator ended (signal 9)" in line, line
+        assert up.poll() is None, "meshpool up stopped with its coordinator"
+
+        def served():
+            try:
+                with meshpool.Client(address) as c:
+                    return (c.get("kept") == b"value" and
+                            [r.name for r in c.list_regions("up/")] == ["up/kept"] and
+                            all(n.alive for n in c.status().nodes))
+            except meshpool.Error:
+                return False
+        assert wait_for(served, 30), "the restarted coordinator lost its state"
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=30)
+    assert state_dir and not os.path.exists(state_dir), "the state directory was left behind"
