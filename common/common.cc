@@ -85,4 +85,24 @@ std::string FormatSize(uint64_t bytes) {
   return absl::StrCat(out, kUnits[u]);
 }
 
+bool IsIpv4HostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0 ||
+      colon + 1 == address.size()) {
+    return false;
+  }
+  int dots = 0;
+  for (char c : address.substr(0, colon)) {
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  for (char c : address.substr(colon + 1)) {
+    if (c < '0' || c > '9') return false;
+  }
+  return dots == 3;
+}
+
 }  // namespace meshpool

@@ -50,6 +50,10 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 // Formats bytes with a binary unit: 1536 -> "1.5KiB", 8<<30 -> "8GiB".
 std::string FormatSize(uint64_t bytes);
 
+// True for "a.b.c.d:port" with a numeric IPv4 host (what gRPC's "ipv4:"
+// target takes in a list of several addresses).
+bool IsIpv4HostPort(absl::string_view address);
+
 }  // namespace meshpool
 
 #endif  // MESHPOOL_COMMON_COMMON_H_

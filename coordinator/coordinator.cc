@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/etcd_state.h"
 #include "coordinator/file_state.h"
 #include "coordinator/membership.h"
 #include "coordinator/region_table.h"
@@ -39,10 +40,44 @@ std::string ReachableHost(const std::string& listen) {
   return host;
 }
 
+// Waits to lead in etcd, then opens the state there, fenced by the lead.
+absl::StatusOr<std::unique_ptr<CoordinatorState>> OpenEtcdState(
+    const CoordinatorOptions& options,
+    std::unique_ptr<EtcdLeadership>& leadership) {
+  Env* env = EnvOrDefault(options.env);
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<EtcdClient> client,
+                            EtcdClient::Create(options.etcd));
+  EtcdLeadership::Options lead;
+  lead.key = absl::StrCat(options.etcd_prefix, "leader");
+  lead.address = options.listen;
+  lead.on_lost = options.on_lost_lead;
+  lead.env = env;
+  MESHPOOL_ASSIGN_OR_RETURN(leadership,
+                            EtcdLeadership::Acquire(client, std::move(lead)));
+  EtcdStateOptions state;
+  state.prefix = options.etcd_prefix;
+  state.first_region_id = FirstRegionIdAt(env->Now());
+  state.guard =
+      EtcdStateOptions::Guard{leadership->key(), leadership->create_revision()};
+  state.env = env;
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<CoordinatorState> opened,
+      OpenEtcdCoordinatorState(std::move(client), std::move(state)));
+  env->Log("coordinator", absl::StrCat("state in etcd at ", options.etcd,
+                                       " under ", options.etcd_prefix));
+  return opened;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<EtcdLeadership> leadership;
+  if (options.state == nullptr && options.state_dir.empty() &&
+      !options.etcd.empty()) {
+    MESHPOOL_ASSIGN_OR_RETURN(options.state,
+                              OpenEtcdState(options, leadership));
+  }
   if (options.state == nullptr) {
     Env* env = EnvOrDefault(options.env);
     const uint64_t first_id = FirstRegionIdAt(env->Now());
@@ -80,8 +115,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
       Membership::Create(std::move(options.state), options.dead_after, options.env));
+  const bool durable = !options.state_dir.empty() || leadership != nullptr;
   const absl::Duration reconcile_every = options.reconcile_every.value_or(
-      options.state_dir.empty() ? absl::ZeroDuration() : kDefaultReconcileEvery);
+      durable ? kDefaultReconcileEvery : absl::ZeroDuration());
   if (options.stripe_copier && options.repair_every <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator: repair_every (",
@@ -95,6 +131,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       coordinator->server_,
       CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
                                coordinator->regions_.get(), options.heartbeat_interval));
+  coordinator->leadership_ = std::move(leadership);
   coordinator->listen_host_ = ReachableHost(options.listen);
   coordinator->reaper_ = std::thread([c = coordinator.get()] { c->ReaperLoop(); });
   if (options.stripe_copier) {
@@ -155,6 +192,7 @@ void Coordinator::Shutdown() {
   metrics_.reset();
   membership_->Shutdown();  // ends watch streams first, so the grace is short
   if (server_ != nullptr) server_->Shutdown(kShutdownGrace);
+  leadership_.reset();  // after the last write: a standby takes over now
   {
     absl::MutexLock reaper_lock(&reaper_mu_);
     reaper_stop_ = true;

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/etcd_leader.h"
 #include "coordinator/region_repair.h"
 #include "coordinator/region_table.h"
 #include "metrics/metrics.h"
@@ -58,6 +59,17 @@ struct CoordinatorOptions {
   // acknowledged change survives a crash or restart); else memory only.
   std::unique_ptr<CoordinatorState> state;
   std::string state_dir;
+  // Else, when `etcd` is set ("host:port[,host:port...]"), the state lives
+  // in etcd under etcd_prefix (coordinator/etcd_state.h), and coordinators
+  // sharing it elect a leader there (coordinator/etcd_leader.h): Start
+  // waits until this one leads (a standby binds nothing meanwhile), and
+  // every write is fenced by the leadership. When the lead is lost (etcd
+  // unreachable for the lease's TTL), writes fail and on_lost_lead runs:
+  // the owner should shut this coordinator down and start it again as a
+  // standby.
+  std::string etcd;
+  std::string etcd_prefix = "/meshpool/";
+  std::function<void()> on_lost_lead;
   // How often the region table frees region memory that nodes report and
   // no region holds (RegionTable::Reconcile: what a create left behind when
   // a coordinator died mid-way). Unset: every kDefaultReconcileEvery with
@@ -92,7 +104,8 @@ class Coordinator {
   // and < dead_after), binds options.listen and starts serving.
   // FailedPrecondition when the address cannot be bound (in use, or not a
   // local address); Unavailable when the state cannot be read; DataLoss
-  // (naming the file and offset) when state_dir holds corrupt state.
+  // (naming the file and offset, or the etcd key) when the state is
+  // corrupt. With etcd, it returns only once this coordinator leads.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
   ~Coordinator();  // Shutdown()
   Coordinator(const Coordinator&) = delete;
@@ -140,6 +153,9 @@ class Coordinator {
   // Teardown order: the reaper and server stop (in Shutdown) before the
   // region table and membership they use are destroyed; the table uses the
   // membership's state and the region nodes.
+  // With etcd: the lead, given up (so a standby takes over at once) after
+  // the server stopped.
+  std::unique_ptr<EtcdLeadership> leadership_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<RegionNodes> region_nodes_;
   std::unique_ptr<RegionTable> regions_;

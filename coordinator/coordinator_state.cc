@@ -184,4 +184,11 @@ uint64_t FirstRegionIdAt(absl::Time now) {
   return static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMillis(now), 1)) << 20;
 }
 
+proto::NodeEntry DurableEntry(const proto::NodeEntry& entry) {
+  proto::NodeEntry out;
+  *out.mutable_info() = entry.info();
+  out.set_state(entry.state());
+  return out;
+}
+
 }  // namespace meshpool::coordinator

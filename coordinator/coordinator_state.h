@@ -99,6 +99,10 @@ class CoordinatorState {
 std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(
     proto::ClusterMap initial = proto::ClusterMap(), uint64_t first_region_id = 1);
 
+// The durable part of a map entry: its info and state, without the
+// liveness fields (heartbeat time, stats).
+proto::NodeEntry DurableEntry(const proto::NodeEntry& entry);
+
 // A first region id for a coordinator starting now without durable state:
 // its start time in ms, times 2^20. Nodes outlive a coordinator restart and
 // still hold regions under the ids the previous process handed out; ids

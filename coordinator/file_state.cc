@@ -18,14 +18,6 @@
 namespace meshpool::coordinator {
 namespace {
 
-// The durable part of an entry: no heartbeat time, no stats.
-proto::NodeEntry Durable(const proto::NodeEntry& entry) {
-  proto::NodeEntry out;
-  *out.mutable_info() = entry.info();
-  out.set_state(entry.state());
-  return out;
-}
-
 proto::NodeEntry* FindEntry(proto::ClusterMap& map, absl::string_view id) {
   for (proto::NodeEntry& e : *map.mutable_nodes()) {
     if (e.info().node_id() == id) return &e;
@@ -112,7 +104,7 @@ class FileCoordinatorState final : public CoordinatorState {
     absl::MutexLock lock(&mu_);
     proto::StateRecord r;
     r.set_epoch(epoch_ + 1);
-    *r.mutable_upsert_node() = Durable(entry);
+    *r.mutable_upsert_node() = DurableEntry(entry);
     MESHPOOL_RETURN_IF_ERROR(Log(r));
     MESHPOOL_ASSIGN_OR_RETURN(epoch_, mem_->UpsertNode(entry));
     return epoch_;
@@ -212,7 +204,7 @@ class FileCoordinatorState final : public CoordinatorState {
     s.set_generation(log_.generation() + 1);
     s.mutable_map()->set_epoch(map->epoch());
     for (const proto::NodeEntry& e : map->nodes()) {
-      *s.mutable_map()->add_nodes() = Durable(e);
+      *s.mutable_map()->add_nodes() = DurableEntry(e);
     }
     for (proto::RegionInfo& r : *regions) *s.add_regions() = std::move(r);
     s.set_next_region_id(next_region_id_);

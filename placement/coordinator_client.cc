@@ -9,6 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
 #include "placement/region_layout.h"
@@ -25,13 +27,43 @@ constexpr absl::Duration kWatchInitialBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kWatchMaxBackoff = absl::Seconds(2);
 static_assert(kWatchInitialBackoff < kWatchMaxBackoff);
 static_assert(kWatchMaxBackoff < kWatchStreamLifetime);
-// gRPC's own reconnect backoff on the channel (defaults start at 1 s).
-constexpr int kChannelMinReconnectMs = 100;
-constexpr int kChannelMaxReconnectMs = 2000;
-static_assert(kChannelMinReconnectMs < kChannelMaxReconnectMs);
+// gRPC's own reconnect backoff on the channel (defaults start at 1 s and
+// grow to 2 min): short, so that a client finds a restarted coordinator, or
+// the new leader after a failover, within a fraction of a second.
+constexpr int kChannelInitialReconnectMs = 100;
+constexpr absl::Duration kRedialEvery = absl::Milliseconds(200);
+constexpr int kChannelMaxReconnectMs = 500;
+// How long one connection attempt may take (gRPC's "min reconnect
+// backoff"): long enough for a handshake on a loaded machine. At 100 ms,
+// attempts were cut short under load ("tcp handshaker shutdown") and a
+// failover took seconds longer.
+constexpr int kChannelConnectTimeoutMs = 2000;
+static_assert(kChannelInitialReconnectMs < kChannelMaxReconnectMs);
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+// The gRPC target for "host:port[,host:port...]". Several coordinators
+// share one channel over all their addresses (numeric IPv4: gRPC's ipv4
+// resolver; pick_first takes the first that accepts a connection). Only
+// the leading coordinator listens (standbys bind nothing), so calls reach
+// the leader, and after a failover the channel reconnects to the new one.
+absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
+  if (address.find(',') == std::string::npos) return address;
+  std::vector<std::string> list;
+  for (absl::string_view a :
+       absl::StrSplit(address, ',', absl::SkipWhitespace())) {
+    a = absl::StripAsciiWhitespace(a);
+    if (!IsIpv4HostPort(a)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "coordinator address '", a, "' in the list '", address,
+          "' is not ip:port; list several coordinators by IPv4 address, e.g. "
+          "10.0.0.1:7070,10.0.0.2:7070"));
+    }
+    list.emplace_back(a);
+  }
+  return absl::StrCat("ipv4:", absl::StrJoin(list, ","));
 }
 
 // Runs one stream at a time on its own thread; see WatchClusterMap.
@@ -114,20 +146,57 @@ class ClusterMapWatch final : public CoordinatorClient::Watch {
 }  // namespace
 
 struct CoordinatorClient::Rpc {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<proto::Coordinator::Stub> stub;
+  struct Conn {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<proto::Coordinator::Stub> stub;
+  };
+  Rpc(std::string target, grpc::ChannelArguments args)
+      : target(std::move(target)),
+        args(std::move(args)),
+        conn(Dial()),
+        dialed(absl::Now()) {}
+
+  std::shared_ptr<Conn> Dial() {
+    auto c = std::make_shared<Conn>();
+    c->channel = grpc::CreateCustomChannel(
+        target, grpc::InsecureChannelCredentials(), args);
+    c->stub = proto::Coordinator::NewStub(c->channel);
+    return c;
+  }
+  std::shared_ptr<Conn> Current() {
+    absl::MutexLock lock(&mu);
+    return conn;
+  }
+  // A channel whose calls fail Unavailable is replaced (at most every
+  // kRedialEvery): gRPC backs a failed channel off before it dials again,
+  // and after a failover the new leader must be reached at once.
+  void Redial(const std::shared_ptr<Conn>& failed) {
+    absl::MutexLock lock(&mu);
+    if (conn != failed || absl::Now() - dialed < kRedialEvery) return;
+    conn = Dial();
+    dialed = absl::Now();
+  }
 
   // One unary call with `timeout` as its deadline; `call` invokes the stub.
   template <typename Reply, typename Call>
   absl::StatusOr<Reply> Unary(absl::string_view what, const std::string& address, Call call,
                               absl::Duration timeout = kCoordinatorRpcTimeout) {
+    std::shared_ptr<Conn> c = Current();
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(timeout));
     Reply reply;
-    MESHPOOL_RETURN_IF_ERROR(FromGrpc(call(&context, &reply),
-                                      absl::StrCat(what, " at coordinator ", address)));
+    const grpc::Status status = call(*c->stub, &context, &reply);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Redial(c);
+    MESHPOOL_RETURN_IF_ERROR(
+        FromGrpc(status, absl::StrCat(what, " at coordinator ", address)));
     return reply;
   }
+
+  const std::string target;
+  const grpc::ChannelArguments args;
+  absl::Mutex mu;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  absl::Time dialed ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
@@ -138,20 +207,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // control plane traffic is never proxied
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kChannelMinReconnectMs);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              kChannelInitialReconnectMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kChannelConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kChannelMaxReconnectMs);
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxRegionInfoBytes));  // GetRegion
-  auto rpc = std::make_unique<Rpc>();
-  rpc->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  if (!rpc->channel->WaitForConnected(DeadlineIn(timeout))) {
+  MESHPOOL_ASSIGN_OR_RETURN(std::string target, ChannelTarget(address));
+  auto rpc = std::make_unique<Rpc>(std::move(target), std::move(args));
+  if (!rpc->Current()->channel->WaitForConnected(DeadlineIn(timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the meshpool coordinator at ", address, " within ",
         absl::FormatDuration(timeout),
         ": start one with `meshpool coordinator` and give its host:port as the "
         "coordinator address (or in MESHPOOL_COORDINATOR)"));
   }
-  rpc->stub = proto::Coordinator::NewStub(rpc->channel);
   return std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(std::move(address), std::move(rpc)));
 }
@@ -168,25 +237,25 @@ absl::StatusOr<proto::RegisterNodeReply> CoordinatorClient::RegisterNode(
   proto::RegisterNodeRequest request;
   *request.mutable_info() = info;
   return rpc_->Unary<proto::RegisterNodeReply>(
-      "RegisterNode", address_, [&](grpc::ClientContext* context, auto* reply) {
-        return rpc_->stub->RegisterNode(context, request, reply);
-      });
+      "RegisterNode", address_,
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.RegisterNode(context, request, reply); });
 }
 
 absl::StatusOr<proto::HeartbeatReply> CoordinatorClient::Heartbeat(
     const proto::HeartbeatRequest& request) {
   return rpc_->Unary<proto::HeartbeatReply>(
-      "Heartbeat", address_, [&](grpc::ClientContext* context, auto* reply) {
-        return rpc_->stub->Heartbeat(context, request, reply);
-      });
+      "Heartbeat", address_,
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.Heartbeat(context, request, reply); });
 }
 
 absl::StatusOr<proto::ClusterMap> CoordinatorClient::GetClusterMap() {
   const proto::GetClusterMapRequest request;
   return rpc_->Unary<proto::ClusterMap>(
-      "GetClusterMap", address_, [&](grpc::ClientContext* context, auto* reply) {
-        return rpc_->stub->GetClusterMap(context, request, reply);
-      });
+      "GetClusterMap", address_,
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.GetClusterMap(context, request, reply); });
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::WatchClusterMap(
@@ -194,17 +263,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::Wat
   if (!on_map) {
     return absl::InvalidArgumentError("WatchClusterMap: on_map is empty; pass a callback");
   }
-  return std::unique_ptr<Watch>(
-      std::make_unique<ClusterMapWatch>(rpc_->channel, known_epoch, std::move(on_map)));
+  return std::unique_ptr<Watch>(std::make_unique<ClusterMapWatch>(
+      rpc_->Current()->channel, known_epoch, std::move(on_map)));
 }
 
 absl::StatusOr<proto::RegionInfo> CoordinatorClient::CreateRegion(
     const proto::CreateRegionRequest& request) {
   return rpc_->Unary<proto::RegionInfo>(
       "CreateRegion", address_,
-      [&](grpc::ClientContext* context, auto* reply) {
-        return rpc_->stub->CreateRegion(context, request, reply);
-      },
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.CreateRegion(context, request, reply); },
       kCreateRegionTimeout);
 }
 
@@ -212,9 +280,9 @@ absl::StatusOr<proto::RegionInfo> CoordinatorClient::GetRegion(absl::string_view
   proto::GetRegionRequest request;
   request.set_name(std::string(name));
   return rpc_->Unary<proto::RegionInfo>(
-      "GetRegion", address_, [&](grpc::ClientContext* context, auto* reply) {
-        return rpc_->stub->GetRegion(context, request, reply);
-      });
+      "GetRegion", address_,
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.GetRegion(context, request, reply); });
 }
 
 absl::Status CoordinatorClient::DeleteRegion(absl::string_view name) {
@@ -223,8 +291,9 @@ absl::Status CoordinatorClient::DeleteRegion(absl::string_view name) {
   return rpc_
       ->Unary<proto::DeleteRegionReply>(
           "DeleteRegion", address_,
-          [&](grpc::ClientContext* context, auto* reply) {
-            return rpc_->stub->DeleteRegion(context, request, reply);
+          [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+              auto* reply) {
+            return stub.DeleteRegion(context, request, reply);
           })
       .status();
 }
@@ -238,8 +307,9 @@ absl::Status CoordinatorClient::RenameRegion(absl::string_view from, absl::strin
   return rpc_
       ->Unary<proto::RenameRegionReply>(
           "RenameRegion", address_,
-          [&](grpc::ClientContext* context, auto* reply) {
-            return rpc_->stub->RenameRegion(context, request, reply);
+          [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+              auto* reply) {
+            return stub.RenameRegion(context, request, reply);
           })
       .status();
 }
@@ -248,12 +318,14 @@ absl::StatusOr<std::vector<proto::RegionInfo>> CoordinatorClient::ListRegions(
     absl::string_view prefix) {
   proto::ListRegionsRequest request;
   request.set_prefix(std::string(prefix));
-  MESHPOOL_ASSIGN_OR_RETURN(
-      proto::ListRegionsReply reply,
-      rpc_->Unary<proto::ListRegionsReply>(
-          "ListRegions", address_, [&](grpc::ClientContext* context, auto* reply) {
-            return rpc_->stub->ListRegions(context, request, reply);
-          }));
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ListRegionsReply reply,
+                            rpc_->Unary<proto::ListRegionsReply>(
+                                "ListRegions", address_,
+                                [&](proto::Coordinator::Stub& stub,
+                                    grpc::ClientContext* context, auto* reply) {
+                                  return stub.ListRegions(context, request,
+                                                          reply);
+                                }));
   return std::vector<proto::RegionInfo>(std::make_move_iterator(reply.mutable_regions()->begin()),
                                         std::make_move_iterator(reply.mutable_regions()->end()));
 }

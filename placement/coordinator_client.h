@@ -27,9 +27,12 @@ namespace meshpool::placement {
 // time gives Unavailable (retry). Server-side errors keep their code.
 class CoordinatorClient {
  public:
-  // Connects to `address` ("host:port"). Unavailable, with a message telling
-  // the user to start `meshpool coordinator` and to point --coordinator or
-  // MESHPOOL_COORDINATOR at it, when it cannot connect within `timeout`.
+  // Connects to `address`: "host:port", or several coordinators sharing
+  // one etcd as "ip:port,ip:port,..." (numeric IPv4): calls go to the one
+  // that leads (only it listens) and follow the lead when it moves.
+  // Unavailable, with a message telling the user to start `meshpool
+  // coordinator` and to point --coordinator or MESHPOOL_COORDINATOR at it,
+  // when it cannot connect within `timeout`.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       std::string address, absl::Duration timeout = absl::Seconds(3));
   ~CoordinatorClient();

@@ -10,3 +10,8 @@ meshpool_test(coordinator_test
 meshpool_test(coordinator_file_state_test
   SOURCES coordinator_file_state_test.cc
   LIBS meshpool_coordinator)
+# The state and the election in a real etcd on loopback (etcd-server;
+# tools/setup.sh installs it).
+meshpool_test(coordinator_etcd_test
+  SOURCES coordinator_etcd_test.cc
+  LIBS meshpool_coordinator meshpool_coordinator_client)

@@ -19,6 +19,7 @@
 #include "coordinator/state_log.h"
 #include "gtest/gtest.h"
 #include "tests/fake_env.h"
+#include "tests/state_entries.h"
 #include "tests/temp_dir.h"
 #include "tests/test_seed.h"
 
@@ -186,20 +187,11 @@ TEST(StateLog, ALogLeftByACompactionThatCrashedBeforeItsCommitIsDropped) {
 // ---- FileCoordinatorState ----------------------------------------------------
 
 proto::NodeEntry Node(const std::string& id, uint64_t incarnation) {
-  proto::NodeEntry e;
-  e.mutable_info()->set_node_id(id);
-  e.mutable_info()->set_incarnation(incarnation);
-  e.set_state(proto::NODE_ALIVE);
-  e.set_last_heartbeat_unix_ms(123);
-  return e;
+  return testing::StateNode(id, incarnation);
 }
 
 proto::RegionInfo RegionNamed(const std::string& name, uint64_t id) {
-  proto::RegionInfo r;
-  r.set_name(name);
-  r.set_region_id(id);
-  r.set_size(id * 4096);
-  return r;
+  return testing::StateRegion(name, id);
 }
 
 std::unique_ptr<CoordinatorState> Open(const std::string& dir, FileStateLoad* load = nullptr,

@@ -30,6 +30,7 @@ GRPC_FILES = re.compile(
     r"^(store/node_service\.(h|cc)"
     r"|coordinator/coordinator_service\.(h|cc)"
     r"|coordinator/region_nodes_grpc\.cc"
+    r"|coordinator/etcd_client\.cc"
     r"|placement/coordinator_client\.cc"
     r"|client/node_connection\.(h|cc))$")
 GRPC_FOLDERS = {"proto", "tools", "tests", "bench", "python"}

@@ -69,6 +69,12 @@ int RunCoordinator(int argc, char** argv) {
                "serve Prometheus metrics (/metrics) and a health check "
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
                "none)");
+  flags.Define("etcd", "",
+               "keep the state in etcd at HOST:PORT[,HOST:PORT...] instead "
+               "(several coordinators may share it: one leads, the others "
+               "wait as standbys and take over when it goes)");
+  flags.Define("etcd-prefix", "/meshpool/",
+               "the etcd keys' prefix (one per cluster)");
   DefineTransportFlags(flags, /*with_transport=*/false);
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
@@ -86,6 +92,17 @@ int RunCoordinator(int argc, char** argv) {
   options.listen = flags.Get("listen");
   options.state_dir = flags.Get("state-dir");
   options.metrics_listen = flags.Get("metrics-listen");
+  options.etcd = flags.Get("etcd");
+  options.etcd_prefix = flags.Get("etcd-prefix");
+  if (!options.etcd.empty() && !options.state_dir.empty()) {
+    return Fail("coordinator", absl::InvalidArgumentError(
+                                   "give --state-dir or --etcd, not both"));
+  }
+  static std::atomic<bool> lost_lead{false};
+  options.on_lost_lead = [] {
+    lost_lead = true;
+    ::kill(::getpid(), SIGTERM);  // wakes WaitForStopSignal below
+  };
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
   if (!interval.ok()) return Fail("coordinator", interval.status());
@@ -108,6 +125,13 @@ int RunCoordinator(int argc, char** argv) {
   std::fflush(stdout);
   WaitForStopSignal();
   (*coordinator)->Shutdown();
+  if (lost_lead) {
+    std::fprintf(stderr,
+                 "meshpool coordinator: lost the lead (etcd unreachable for "
+                 "the lease's TTL, or another coordinator took over); start "
+                 "it again to stand by\n");
+    return 1;
+  }
   return 0;
 }
 
