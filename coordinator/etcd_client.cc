@@ -114,14 +114,6 @@ absl::Status EtcdClient::Run(absl::string_view what, Call call) {
   return FromGrpc(s, absl::StrCat("etcd ", what, " at ", endpoints_));
 }
 
-absl::StatusOr<std::optional<etcdserverpb::KeyValue>> EtcdClient::Get(
-    absl::string_view key) {
-  absl::StatusOr<etcdserverpb::RangeResponse> r = Range(key, "");
-  if (!r.ok()) return r.status();
-  if (r->kvs_size() == 0) return std::nullopt;
-  return r->kvs(0);
-}
-
 absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(
     absl::string_view key, absl::string_view range_end) {
   etcdserverpb::RangeRequest request;

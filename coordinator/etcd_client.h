@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -40,9 +39,6 @@ class EtcdClient {
       absl::string_view endpoints);
   ~EtcdClient();
 
-  // The key's current value and revisions; nullopt when absent.
-  absl::StatusOr<std::optional<etcdserverpb::KeyValue>> Get(
-      absl::string_view key);
   // Every key in [key, range_end), in key order.
   absl::StatusOr<etcdserverpb::RangeResponse> Range(
       absl::string_view key, absl::string_view range_end);

@@ -2,6 +2,7 @@
 // keep-alive.
 #include "coordinator/etcd_leader.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
