@@ -5,7 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/common.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/etcd_state.h"
@@ -30,30 +32,70 @@ absl::Status ValidateOptions(const CoordinatorOptions& options) {
   return absl::OkStatus();
 }
 
+// The host part of "host:port" / "[v6]:port", as written.
+std::string ListenHost(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  return colon == std::string::npos ? listen : listen.substr(0, colon);
+}
+
 // The host part of "host:port" / "[v6]:port"; loopback for wildcards.
 std::string ReachableHost(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  const std::string host = ListenHost(listen);
   if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
     return "127.0.0.1";
   }
   return host;
 }
 
-// Waits to lead in etcd, then opens the state there, fenced by the lead.
-absl::StatusOr<std::unique_ptr<CoordinatorState>> OpenEtcdState(
-    const CoordinatorOptions& options,
-    std::unique_ptr<EtcdLeadership>& leadership) {
+// What a standby knows of the leader (from its last look at etcd's key).
+struct LeaderSeen {
+  absl::Mutex mu;
+  std::string leader ABSL_GUARDED_BY(mu);
+  bool announced ABSL_GUARDED_BY(mu) = false;  // on_standby ran
+};
+
+// Stands by (serving a standby CoordinatorService on options.listen) until this
+// coordinator leads in etcd, then opens the state there, fenced by the lead.
+// options.listen is narrowed to the bound port, so that the leader's server
+// takes the port its standby had.
+absl::StatusOr<std::unique_ptr<CoordinatorState>> LeadInEtcd(
+    CoordinatorOptions& options, std::unique_ptr<EtcdLeadership>& leadership) {
   Env* env = EnvOrDefault(options.env);
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<EtcdClient> client,
                             EtcdClient::Create(options.etcd));
+  auto seen = std::make_shared<LeaderSeen>();
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<CoordinatorServer> standby,
+      CoordinatorServer::StartStandby(options.listen, [seen] {
+        absl::MutexLock lock(&seen->mu);
+        return seen->leader;
+      }));
+  options.listen =
+      absl::StrCat(ListenHost(options.listen), ":", standby->port());
+  const std::string self =
+      options.advertise.empty()
+          ? absl::StrCat(ReachableHost(options.listen), ":", standby->port())
+          : options.advertise;
   EtcdLeadership::Options lead;
   lead.key = absl::StrCat(options.etcd_prefix, "leader");
-  lead.address = options.listen;
+  lead.address = self;
   lead.on_lost = options.on_lost_lead;
+  lead.stop = options.stop_waiting;
+  lead.on_holder =
+      [seen, self, on_standby = options.on_standby](const std::string& holder) {
+        bool announce = false;
+        {
+          absl::MutexLock lock(&seen->mu);
+          seen->leader = holder;
+          announce = !holder.empty() && !seen->announced;
+          if (announce) seen->announced = true;
+        }
+        if (announce && on_standby) on_standby(self);
+      };
   lead.env = env;
   MESHPOOL_ASSIGN_OR_RETURN(leadership,
                             EtcdLeadership::Acquire(client, std::move(lead)));
+  standby.reset();  // frees the port for the leader's server
   EtcdStateOptions state;
   state.prefix = options.etcd_prefix;
   state.first_region_id = FirstRegionIdAt(env->Now());
@@ -75,8 +117,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   std::unique_ptr<EtcdLeadership> leadership;
   if (options.state == nullptr && options.state_dir.empty() &&
       !options.etcd.empty()) {
-    MESHPOOL_ASSIGN_OR_RETURN(options.state,
-                              OpenEtcdState(options, leadership));
+    MESHPOOL_ASSIGN_OR_RETURN(options.state, LeadInEtcd(options, leadership));
   }
   if (options.state == nullptr) {
     Env* env = EnvOrDefault(options.env);

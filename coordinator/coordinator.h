@@ -62,14 +62,23 @@ struct CoordinatorOptions {
   // Else, when `etcd` is set ("host:port[,host:port...]"), the state lives
   // in etcd under etcd_prefix (coordinator/etcd_state.h), and coordinators
   // sharing it elect a leader there (coordinator/etcd_leader.h): Start
-  // waits until this one leads (a standby binds nothing meanwhile), and
-  // every write is fenced by the leadership. When the lead is lost (etcd
-  // unreachable for the lease's TTL), writes fail and on_lost_lead runs:
-  // the owner should shut this coordinator down and start it again as a
-  // standby.
+  // waits until this one leads, and every write is fenced by the
+  // leadership. Meanwhile this coordinator stands by: it listens on
+  // `listen` and refuses every call naming the leader, which clients
+  // follow; on_standby(its address) runs once another is found leading,
+  // and stop_waiting, polled, gives up (Start returns Cancelled). When the
+  // lead is lost (etcd unreachable for the lease's TTL), writes fail and
+  // on_lost_lead runs: the owner should shut this coordinator down and
+  // start it again as a standby. Each callback may be empty.
   std::string etcd;
   std::string etcd_prefix = "/meshpool/";
+  std::function<void(const std::string& address)> on_standby;
+  std::function<bool()> stop_waiting;
   std::function<void()> on_lost_lead;
+  // The "host:port" other coordinators send clients to while this one
+  // leads. Empty: the listen host (127.0.0.1 for a wildcard one) and the
+  // bound port; give it when listening on a wildcard address.
+  std::string advertise;
   // How often the region table frees region memory that nodes report and
   // no region holds (RegionTable::Reconcile: what a create left behind when
   // a coordinator died mid-way). Unset: every kDefaultReconcileEvery with
@@ -105,7 +114,8 @@ class Coordinator {
   // FailedPrecondition when the address cannot be bound (in use, or not a
   // local address); Unavailable when the state cannot be read; DataLoss
   // (naming the file and offset, or the etcd key) when the state is
-  // corrupt. With etcd, it returns only once this coordinator leads.
+  // corrupt. With etcd, it returns only once this coordinator leads
+  // (Cancelled when options.stop_waiting said to stop first).
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
   ~Coordinator();  // Shutdown()
   Coordinator(const Coordinator&) = delete;

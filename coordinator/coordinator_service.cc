@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "placement/coordinator_client.h"
 
 namespace meshpool::coordinator {
 
@@ -11,9 +12,34 @@ CoordinatorService::CoordinatorService(Membership* membership, RegionTable* regi
                                        absl::Duration heartbeat_interval)
     : membership_(membership), regions_(regions), heartbeat_interval_(heartbeat_interval) {}
 
+CoordinatorService::CoordinatorService(std::function<std::string()> leader)
+    : membership_(nullptr),
+      regions_(nullptr),
+      heartbeat_interval_(absl::ZeroDuration()),
+      leader_(std::move(leader)) {}
+
+// Nothing is done here, so a client may send the call again anywhere.
+grpc::Status CoordinatorService::Redirect(grpc::ServerContext* context) const {
+  const std::string leader = leader_();
+  if (leader.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this coordinator stands by and knows of no leader "
+                        "now (a failover is under way, or etcd does not "
+                        "answer); retry in a moment");
+  }
+  context->AddTrailingMetadata(std::string(placement::kLeaderMetadataKey),
+                               leader);
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("this coordinator stands by; the leader is ", leader,
+                   ": call it (clients given every coordinator's address "
+                   "follow the leader by themselves)"));
+}
+
 grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
                                               const proto::RegisterNodeRequest* request,
                                               proto::RegisterNodeReply* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::RegisterNodeReply> result = membership_->Register(request->info());
   if (!result.ok()) return ToGrpc(result.status());
   *reply = *std::move(result);
@@ -25,6 +51,7 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const proto::HeartbeatRequest* request,
                                            proto::HeartbeatReply* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::HeartbeatReply> result = membership_->Heartbeat(*request);
   if (!result.ok()) return ToGrpc(result.status());
   *reply = *std::move(result);
@@ -34,6 +61,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
                                                const proto::GetClusterMapRequest* request,
                                                proto::ClusterMap* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::ClusterMap> map = membership_->Map();
   if (!map.ok()) return ToGrpc(map.status());
   *reply = *std::move(map);
@@ -45,6 +73,7 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const proto::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<proto::ClusterMap>* writer) {
+  if (membership_ == nullptr) return Redirect(context);
   // Zero wait: just read the current epoch.
   Membership::EpochWait now =
       membership_->AwaitEpochAbove(request->known_epoch(), absl::ZeroDuration());
@@ -76,6 +105,7 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
                                               const proto::CreateRegionRequest* request,
                                               proto::RegionInfo* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::RegionInfo> info = regions_->Create(*request);
   if (!info.ok()) return ToGrpc(info.status());
   *reply = *std::move(info);
@@ -85,6 +115,7 @@ grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
                                            const proto::GetRegionRequest* request,
                                            proto::RegionInfo* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::RegionInfo> info = regions_->Get(request->name());
   if (!info.ok()) return ToGrpc(info.status());
   *reply = *std::move(info);
@@ -94,18 +125,21 @@ grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
 grpc::Status CoordinatorService::DeleteRegion(grpc::ServerContext* context,
                                               const proto::DeleteRegionRequest* request,
                                               proto::DeleteRegionReply* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   return ToGrpc(regions_->Delete(request->name()));
 }
 
 grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
                                               const proto::RenameRegionRequest* request,
                                               proto::RenameRegionReply* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   return ToGrpc(regions_->Rename(request->from(), request->to(), request->replace()));
 }
 
 grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
                                              const proto::ListRegionsRequest* request,
                                              proto::ListRegionsReply* reply) {
+  if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<std::vector<proto::RegionInfo>> regions = regions_->List(request->prefix());
   if (!regions.ok()) return ToGrpc(regions.status());
   for (proto::RegionInfo& info : *regions) *reply->add_regions() = std::move(info);
@@ -115,7 +149,18 @@ grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& listen, Membership* membership, RegionTable* regions,
     absl::Duration heartbeat_interval) {
-  auto service = std::make_unique<CoordinatorService>(membership, regions, heartbeat_interval);
+  return Serve(listen, std::make_unique<CoordinatorService>(
+                           membership, regions, heartbeat_interval));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>>
+CoordinatorServer::StartStandby(const std::string& listen,
+                                std::function<std::string()> leader) {
+  return Serve(listen, std::make_unique<CoordinatorService>(std::move(leader)));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Serve(
+    const std::string& listen, std::unique_ptr<CoordinatorService> service) {
   grpc::ServerBuilder builder;
   builder.SetMaxSendMessageSize(static_cast<int>(placement::kMaxRegionInfoBytes));
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator on the same
@@ -134,8 +179,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       new CoordinatorServer(std::move(service), std::move(server), port));
 }
 
-CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorService> service,
-                                     std::unique_ptr<grpc::Server> server, int port)
+CoordinatorServer::CoordinatorServer(
+    std::unique_ptr<CoordinatorService> service,
+    std::unique_ptr<grpc::Server> server, int port)
     : service_(std::move(service)), server_(std::move(server)), port_(port) {}
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }

@@ -2,12 +2,15 @@
 //
 // CoordinatorService translates meshpool.proto.Coordinator calls into
 // Membership and RegionTable calls and absl::Status into grpc::Status
-// (ToGrpc); it holds no state of its own. CoordinatorServer owns a
-// grpc::Server serving it. Only this pair, coordinator_client.cc and
-// region_nodes_grpc.cc touch gRPC types in placement/.
+// (ToGrpc); it holds no state of its own. In a coordinator that waits to
+// lead it answers every call with Unavailable naming the leader.
+// CoordinatorServer owns a grpc::Server serving it. Only these,
+// coordinator_client.cc, region_nodes_grpc.cc and etcd_client.cc touch
+// gRPC types in coordinator/ and placement/.
 #ifndef MESHPOOL_COORDINATOR_COORDINATOR_SERVICE_H_
 #define MESHPOOL_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,9 +29,16 @@ inline constexpr absl::Duration kWatchCancelPollInterval = absl::Milliseconds(20
 // Thread-safe (gRPC calls it from its worker threads).
 class CoordinatorService final : public proto::Coordinator::Service {
  public:
-  // `membership` and `regions` are not owned and must outlive the service.
+  // The leader's service. `membership` and `regions` are not owned and
+  // must outlive the service.
   CoordinatorService(Membership* membership, RegionTable* regions,
                      absl::Duration heartbeat_interval);
+  // The service of a standby (a coordinator waiting to lead in etcd): every
+  // call fails Unavailable, and when a leader is known its address is in
+  // the message and in the trailing metadata placement::kLeaderMetadataKey,
+  // which CoordinatorClient follows. `leader` returns the leader's address,
+  // empty when none is known now; it runs once per call, so must be quick.
+  explicit CoordinatorService(std::function<std::string()> leader);
 
   grpc::Status RegisterNode(grpc::ServerContext* context,
                             const proto::RegisterNodeRequest* request,
@@ -62,9 +72,13 @@ class CoordinatorService final : public proto::Coordinator::Service {
                            proto::ListRegionsReply* reply) override;
 
  private:
-  Membership* const membership_;
-  RegionTable* const regions_;
+  // A standby's answer to every call.
+  grpc::Status Redirect(grpc::ServerContext* context) const;
+
+  Membership* const membership_;  // null in a standby
+  RegionTable* const regions_;    // null in a standby
   const absl::Duration heartbeat_interval_;
+  const std::function<std::string()> leader_;  // a standby's
 };
 
 // A started grpc::Server with one CoordinatorService. Not copyable.
@@ -76,6 +90,10 @@ class CoordinatorServer {
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& listen, Membership* membership, RegionTable* regions,
       absl::Duration heartbeat_interval);
+  // Binds `listen` for a standby's service over `leader` (see
+  // CoordinatorService). FailedPrecondition when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> StartStandby(
+      const std::string& listen, std::function<std::string()> leader);
   ~CoordinatorServer();  // Shutdown(absl::ZeroDuration()) if not done yet
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
@@ -90,6 +108,8 @@ class CoordinatorServer {
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorService> service,
                     std::unique_ptr<grpc::Server> server, int port);
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Serve(
+      const std::string& listen, std::unique_ptr<CoordinatorService> service);
 
   // Member order: the server stops and is destroyed before its service.
   std::unique_ptr<CoordinatorService> service_;

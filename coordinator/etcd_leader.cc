@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<EtcdLeadership>> EtcdLeadership::Acquire(
       return absl::CancelledError("stopped while waiting to lead");
     }
     absl::Status failed;
+    std::string holder;  // who holds the key now, when etcd said
     if (lease == 0) {
       absl::StatusOr<int64_t> granted = client->LeaseGrant(kLeaderLeaseTtl);
       if (granted.ok()) {
@@ -62,7 +63,6 @@ absl::StatusOr<std::unique_ptr<EtcdLeadership>> EtcdLeadership::Acquire(
       }
     }
     if (failed.ok()) {
-      std::string holder;
       absl::StatusOr<std::optional<int64_t>> taken =
           TryTake(*client, options.key, options.address, lease, &holder);
       if (taken.ok() && taken->has_value()) {
@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<EtcdLeadership>> EtcdLeadership::Acquire(
         if (!client->LeaseKeepAlive(lease).ok()) lease = 0;
       }
     }
+    if (options.on_holder) options.on_holder(holder);
     if (!failed.ok()) {
       if (!options.wait) return failed;
       if (absl::IsNotFound(failed)) lease = 0;  // our lease expired: a new one

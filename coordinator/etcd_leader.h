@@ -45,6 +45,10 @@ class EtcdLeadership {
     std::function<void()> on_lost;
     // Polled while waiting: true gives up (Cancelled). May be empty.
     std::function<bool()> stop;
+    // Called while waiting after every look at the key with its holder's
+    // address (empty: nobody holds it, or etcd did not answer). May be
+    // empty.
+    std::function<void(const std::string& holder)> on_holder;
     Env* env = nullptr;  // log lines; null: Env::Default()
   };
 

@@ -44,13 +44,11 @@ std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
-// The gRPC target for "host:port[,host:port...]". Several coordinators
-// share one channel over all their addresses (numeric IPv4: gRPC's ipv4
-// resolver; pick_first takes the first that accepts a connection). Only
-// the leading coordinator listens (standbys bind nothing), so calls reach
-// the leader, and after a failover the channel reconnects to the new one.
-absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
-  if (address.find(',') == std::string::npos) return address;
+// The coordinators in "host:port[,host:port...]": one entry, as given, or
+// several, each numeric IPv4 (InvalidArgument otherwise).
+absl::StatusOr<std::vector<std::string>> ParseAddresses(
+    const std::string& address) {
+  if (address.find(',') == std::string::npos) return std::vector{address};
   std::vector<std::string> list;
   for (absl::string_view a :
        absl::StrSplit(address, ',', absl::SkipWhitespace())) {
@@ -63,20 +61,137 @@ absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
     }
     list.emplace_back(a);
   }
-  return absl::StrCat("ipv4:", absl::StrJoin(list, ","));
+  return list;
 }
 
+// The gRPC target for the coordinators `list`, trying `first` (when not
+// empty) before them. Several share one channel (numeric IPv4: gRPC's ipv4
+// resolver; pick_first takes the first that accepts a connection). A
+// standby accepts connections but refuses every call naming the leader, so
+// the client dials again with the leader first (Rpc::Redirect).
+std::string ChannelTarget(const std::vector<std::string>& list,
+                          const std::string& first) {
+  std::vector<std::string> order;
+  if (!first.empty()) order.push_back(first);
+  for (const std::string& a : list) {
+    if (a != first) order.push_back(a);
+  }
+  const bool numeric = std::all_of(order.begin(), order.end(),
+                                   [](auto& a) { return IsIpv4HostPort(a); });
+  if (order.size() == 1 || !numeric) return order.front();
+  return absl::StrCat("ipv4:", absl::StrJoin(order, ","));
+}
+
+// The leader a standby named in its reply's trailing metadata, or empty.
+std::string LeaderHint(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(
+      grpc::string_ref(kLeaderMetadataKey.data(), kLeaderMetadataKey.size()));
+  if (it == trailers.end()) return std::string();
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+struct CoordinatorClient::Rpc {
+  struct Conn {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<proto::Coordinator::Stub> stub;
+  };
+  Rpc(std::vector<std::string> addresses, grpc::ChannelArguments args)
+      : addresses(std::move(addresses)),
+        args(std::move(args)),
+        target(ChannelTarget(this->addresses, "")),
+        conn(Dial(target)),
+        dialed(absl::Now()) {}
+
+  std::shared_ptr<Conn> Dial(const std::string& to) const {
+    auto c = std::make_shared<Conn>();
+    c->channel =
+        grpc::CreateCustomChannel(to, grpc::InsecureChannelCredentials(), args);
+    c->stub = proto::Coordinator::NewStub(c->channel);
+    return c;
+  }
+  std::shared_ptr<Conn> Current() {
+    absl::MutexLock lock(&mu);
+    return conn;
+  }
+  // A channel whose calls fail Unavailable is replaced (at most every
+  // kRedialEvery): gRPC backs a failed channel off before it dials again,
+  // and after a failover the new leader must be reached at once.
+  void Redial(const std::shared_ptr<Conn>& failed) {
+    absl::MutexLock lock(&mu);
+    if (conn != failed || absl::Now() - dialed < kRedialEvery) return;
+    conn = Dial(target);
+    dialed = absl::Now();
+  }
+  // A standby refused a call on `failed`, naming `leader`: dial again with
+  // the leader first (the same target again only after kRedialEvery).
+  void Redirect(const std::shared_ptr<Conn>& failed,
+                const std::string& leader) {
+    absl::MutexLock lock(&mu);
+    if (conn != failed) return;  // another call moved on already
+    std::string to = ChannelTarget(addresses, leader);
+    if (to == target && absl::Now() - dialed < kRedialEvery) return;
+    target = std::move(to);
+    conn = Dial(target);
+    dialed = absl::Now();
+  }
+  // After a call on `c` failed Unavailable: follow a standby's redirect
+  // (true: send the call again) or dial again.
+  bool Recover(const std::shared_ptr<Conn>& c,
+               const grpc::ClientContext& context, int hop) {
+    const std::string leader = LeaderHint(context);
+    if (!leader.empty()) {
+      Redirect(c, leader);
+      return hop < kMaxLeaderRedirects;
+    }
+    Redial(c);
+    return false;
+  }
+
+  // One unary call with `timeout` as its deadline; `call` invokes the stub.
+  // A standby did nothing with a call it refused, so sending the call to
+  // the leader it named is safe for every call.
+  template <typename Reply, typename Call>
+  absl::StatusOr<Reply> Unary(absl::string_view what,
+                              const std::string& address, Call call,
+                              absl::Duration timeout = kCoordinatorRpcTimeout) {
+    for (int hop = 0;; ++hop) {
+      std::shared_ptr<Conn> c = Current();
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineIn(timeout));
+      Reply reply;
+      const grpc::Status status = call(*c->stub, &context, &reply);
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+          Recover(c, context, hop)) {
+        continue;
+      }
+      MESHPOOL_RETURN_IF_ERROR(
+          FromGrpc(status, absl::StrCat(what, " at coordinator ", address)));
+      return reply;
+    }
+  }
+
+  const std::vector<std::string> addresses;
+  const grpc::ChannelArguments args;
+  absl::Mutex mu;
+  std::string target ABSL_GUARDED_BY(mu);
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  absl::Time dialed ABSL_GUARDED_BY(mu);
+};
+
 // Runs one stream at a time on its own thread; see WatchClusterMap.
-class ClusterMapWatch final : public CoordinatorClient::Watch {
+class CoordinatorClient::MapWatch final : public CoordinatorClient::Watch {
  public:
-  ClusterMapWatch(std::shared_ptr<grpc::Channel> channel, uint64_t known_epoch,
-                  std::function<void(const proto::ClusterMap&)> on_map)
-      : stub_(proto::Coordinator::NewStub(channel)),
+  MapWatch(std::shared_ptr<Rpc> rpc, uint64_t known_epoch,
+           std::function<void(const proto::ClusterMap&)> on_map)
+      : rpc_(std::move(rpc)),
         on_map_(std::move(on_map)),
         known_epoch_(known_epoch),
         thread_([this] { Run(); }) {}
 
-  ~ClusterMapWatch() override {
+  ~MapWatch() override {
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
@@ -101,9 +216,11 @@ class ClusterMapWatch final : public CoordinatorClient::Watch {
   }
 
   // One stream until it ends. True if it delivered a map or simply reached
-  // its lifetime (reconnect at once), false if it failed (back off). Returns
-  // false at once when stopping.
+  // its lifetime (reconnect at once), false if it failed (back off; a
+  // standby's redirect too, so that a stale leader name cannot spin it).
+  // Returns false at once when stopping.
   bool RunStream() {
+    const std::shared_ptr<Rpc::Conn> conn = rpc_->Current();
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(kWatchStreamLifetime));
     {
@@ -114,7 +231,7 @@ class ClusterMapWatch final : public CoordinatorClient::Watch {
     proto::WatchClusterMapRequest request;
     request.set_known_epoch(known_epoch_);
     std::unique_ptr<grpc::ClientReader<proto::ClusterMap>> reader =
-        stub_->WatchClusterMap(&context, request);
+        conn->stub->WatchClusterMap(&context, request);
     bool progressed = false;
     bool first = true;
     proto::ClusterMap map;
@@ -128,75 +245,22 @@ class ClusterMapWatch final : public CoordinatorClient::Watch {
       progressed = true;
     }
     const grpc::Status status = reader->Finish();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      rpc_->Recover(conn, context, /*hop=*/0);
+    }
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
     if (stopping_) return false;
     return progressed || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
   }
 
-  const std::unique_ptr<proto::Coordinator::Stub> stub_;
+  const std::shared_ptr<Rpc> rpc_;  // the client's channel, followed
   const std::function<void(const proto::ClusterMap&)> on_map_;
   uint64_t known_epoch_;  // only the watch thread touches it
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open stream
   std::thread thread_;  // last: starts once everything above exists
-};
-
-}  // namespace
-
-struct CoordinatorClient::Rpc {
-  struct Conn {
-    std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<proto::Coordinator::Stub> stub;
-  };
-  Rpc(std::string target, grpc::ChannelArguments args)
-      : target(std::move(target)),
-        args(std::move(args)),
-        conn(Dial()),
-        dialed(absl::Now()) {}
-
-  std::shared_ptr<Conn> Dial() {
-    auto c = std::make_shared<Conn>();
-    c->channel = grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
-    c->stub = proto::Coordinator::NewStub(c->channel);
-    return c;
-  }
-  std::shared_ptr<Conn> Current() {
-    absl::MutexLock lock(&mu);
-    return conn;
-  }
-  // A channel whose calls fail Unavailable is replaced (at most every
-  // kRedialEvery): gRPC backs a failed channel off before it dials again,
-  // and after a failover the new leader must be reached at once.
-  void Redial(const std::shared_ptr<Conn>& failed) {
-    absl::MutexLock lock(&mu);
-    if (conn != failed || absl::Now() - dialed < kRedialEvery) return;
-    conn = Dial();
-    dialed = absl::Now();
-  }
-
-  // One unary call with `timeout` as its deadline; `call` invokes the stub.
-  template <typename Reply, typename Call>
-  absl::StatusOr<Reply> Unary(absl::string_view what, const std::string& address, Call call,
-                              absl::Duration timeout = kCoordinatorRpcTimeout) {
-    std::shared_ptr<Conn> c = Current();
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(timeout));
-    Reply reply;
-    const grpc::Status status = call(*c->stub, &context, &reply);
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Redial(c);
-    MESHPOOL_RETURN_IF_ERROR(
-        FromGrpc(status, absl::StrCat(what, " at coordinator ", address)));
-    return reply;
-  }
-
-  const std::string target;
-  const grpc::ChannelArguments args;
-  absl::Mutex mu;
-  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
-  absl::Time dialed ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
@@ -212,8 +276,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kChannelConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kChannelMaxReconnectMs);
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxRegionInfoBytes));  // GetRegion
-  MESHPOOL_ASSIGN_OR_RETURN(std::string target, ChannelTarget(address));
-  auto rpc = std::make_unique<Rpc>(std::move(target), std::move(args));
+  MESHPOOL_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                            ParseAddresses(address));
+  auto rpc = std::make_shared<Rpc>(std::move(addresses), std::move(args));
   if (!rpc->Current()->channel->WaitForConnected(DeadlineIn(timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the meshpool coordinator at ", address, " within ",
@@ -225,7 +290,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       new CoordinatorClient(std::move(address), std::move(rpc)));
 }
 
-CoordinatorClient::CoordinatorClient(std::string address, std::unique_ptr<Rpc> rpc)
+CoordinatorClient::CoordinatorClient(std::string address,
+                                     std::shared_ptr<Rpc> rpc)
     : address_(std::move(address)), rpc_(std::move(rpc)) {}
 
 CoordinatorClient::~CoordinatorClient() = default;
@@ -263,8 +329,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::Wat
   if (!on_map) {
     return absl::InvalidArgumentError("WatchClusterMap: on_map is empty; pass a callback");
   }
-  return std::unique_ptr<Watch>(std::make_unique<ClusterMapWatch>(
-      rpc_->Current()->channel, known_epoch, std::move(on_map)));
+  return std::unique_ptr<Watch>(
+      std::make_unique<MapWatch>(rpc_, known_epoch, std::move(on_map)));
 }
 
 absl::StatusOr<proto::RegionInfo> CoordinatorClient::CreateRegion(

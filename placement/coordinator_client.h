@@ -29,7 +29,8 @@ class CoordinatorClient {
  public:
   // Connects to `address`: "host:port", or several coordinators sharing
   // one etcd as "ip:port,ip:port,..." (numeric IPv4): calls go to the one
-  // that leads (only it listens) and follow the lead when it moves.
+  // that leads and follow the lead when it moves (a standby refuses calls
+  // naming the leader, kLeaderMetadataKey, and the call is sent there).
   // Unavailable, with a message telling the user to start `meshpool
   // coordinator` and to point --coordinator or MESHPOOL_COORDINATOR at it,
   // when it cannot connect within `timeout`.
@@ -64,7 +65,8 @@ class CoordinatorClient {
   // One exception: a coordinator that restarted without its state has a
   // lower epoch than the watch knows; its map is then delivered anyway, so
   // the epoch seen by on_map goes backwards exactly then.
-  // The Watch shares the client's channel and may outlive the client.
+  // The Watch shares the client's channel (and follows the lead with it)
+  // and may outlive the client.
   // InvalidArgument when on_map is empty.
   absl::StatusOr<std::unique_ptr<Watch>> WatchClusterMap(
       uint64_t known_epoch,
@@ -87,11 +89,18 @@ class CoordinatorClient {
 
  private:
   struct Rpc;  // the gRPC channel and stub (coordinator_client.cc)
-  CoordinatorClient(std::string address, std::unique_ptr<Rpc> rpc);
+  class MapWatch;  // a WatchClusterMap stream's thread (coordinator_client.cc)
+  CoordinatorClient(std::string address, std::shared_ptr<Rpc> rpc);
 
   const std::string address_;
-  std::unique_ptr<Rpc> rpc_;
+  const std::shared_ptr<Rpc> rpc_;  // shared with running watches
 };
+
+// The trailing metadata key in which a standby coordinator names the leader
+// (its "host:port") when it refuses a call.
+inline constexpr absl::string_view kLeaderMetadataKey = "meshpool-leader";
+// How many such redirects one call follows before it fails Unavailable.
+inline constexpr int kMaxLeaderRedirects = 2;
 
 // The deadline of every unary CoordinatorClient call but CreateRegion.
 inline constexpr absl::Duration kCoordinatorRpcTimeout = absl::Seconds(3);

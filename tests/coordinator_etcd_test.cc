@@ -1,15 +1,18 @@
 // coordinator/etcd_*: the coordinator's state and its election in a real
 // etcd on loopback (tests/etcd_process.h): durable fields survive a new
 // process, a write fenced by a lost lead changes nothing, a standby takes
-// over when the leader gives up or dies, and a coordinator started again
-// on the same etcd finds its nodes and regions.
+// over when the leader gives up or dies, a standby sends clients to the
+// leader and stops when told, and a coordinator started again on the same
+// etcd finds its nodes and regions.
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/etcd_client.h"
@@ -59,6 +62,17 @@ proto::NodeEntry Node(const std::string& id, uint64_t incarnation) {
 
 proto::RegionInfo RegionNamed(const std::string& name, uint64_t id) {
   return testing::StateRegion(name, id);
+}
+
+// The node testing::FakeNodes::Add("n1", 16) stands for: 64 MiB in slabs
+// of 4 MiB.
+proto::NodeInfo NodeN1() {
+  proto::NodeInfo info = testing::Entry("n1").info();
+  info.set_capacity_bytes(64 << 20);
+  info.add_transport_addresses("tcp://127.0.0.1:1");
+  info.mutable_pool()->set_length(64 << 20);
+  info.mutable_layout()->set_pool_bytes(64 << 20);
+  return info;
 }
 
 TEST_F(EtcdTest, EveryDurableFieldSurvivesANewProcess) {
@@ -240,12 +254,7 @@ TEST_F(EtcdTest, ACoordinatorStartedAgainFindsItsNodesAndRegions) {
     body(**client);
   };
   run([](placement::CoordinatorClient& c) {
-    proto::NodeInfo info = testing::Entry("n1").info();  // slabs of 4 MiB
-    info.set_capacity_bytes(64 << 20);
-    info.add_transport_addresses("tcp://127.0.0.1:1");
-    info.mutable_pool()->set_length(64 << 20);
-    info.mutable_layout()->set_pool_bytes(64 << 20);
-    auto registered = c.RegisterNode(info);
+    auto registered = c.RegisterNode(NodeN1());
     ASSERT_TRUE(registered.ok()) << registered.status();
     proto::CreateRegionRequest request;
     request.set_name("kept");
@@ -263,6 +272,146 @@ TEST_F(EtcdTest, ACoordinatorStartedAgainFindsItsNodesAndRegions) {
     ASSERT_TRUE(region.ok()) << region.status();
     EXPECT_EQ(region->size(), 8u << 20);
   });
+}
+
+// Starts a coordinator on etcd in its own thread (Start blocks while it
+// stands by); standing_by() is its address once it found another leading.
+class BackgroundCoordinator {
+ public:
+  BackgroundCoordinator(const std::string& etcd, std::atomic<bool>* stop) {
+    CoordinatorOptions options;
+    options.etcd = etcd;
+    auto nodes = std::make_unique<testing::FakeNodes>();
+    nodes->Add("n1", 16);
+    options.region_nodes = std::move(nodes);
+    options.on_standby = [this](const std::string& address) {
+      absl::MutexLock lock(&mu_);
+      standby_address_ = address;
+    };
+    options.stop_waiting = [this, stop] { return stop->load() || quitting_; };
+    thread_ = std::thread([this, options = std::move(options)]() mutable {
+      auto started = Coordinator::Start(std::move(options));
+      absl::MutexLock lock(&mu_);
+      started_ = std::move(started);
+    });
+  }
+  // Stops it waiting (a failed test must not hang here).
+  ~BackgroundCoordinator() {
+    quitting_ = true;
+    thread_.join();
+  }
+
+  // Waits (up to 10 s) until it stands by; its address, or empty.
+  std::string StandingBy() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::string* a) { return !a->empty(); }, &standby_address_),
+        absl::Seconds(10));
+    return standby_address_;
+  }
+  // Waits (up to 10 s) for Start to return.
+  absl::StatusOr<std::unique_ptr<Coordinator>>* Started() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::optional<absl::StatusOr<std::unique_ptr<Coordinator>>>*
+                    s) { return s->has_value(); },
+            &started_),
+        absl::Seconds(10));
+    return started_.has_value() ? &*started_ : nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string standby_address_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<std::unique_ptr<Coordinator>>> started_
+      ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> quitting_{false};
+  std::thread thread_;
+};
+
+TEST_F(EtcdTest, AStandbySendsClientsToTheLeaderThenTakesItsPlace) {
+  CoordinatorOptions options;
+  options.etcd = etcd_->endpoint();
+  auto nodes = std::make_unique<testing::FakeNodes>();
+  nodes->Add("n1", 16);
+  options.region_nodes = std::move(nodes);
+  auto leader = Coordinator::Start(std::move(options));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+
+  std::atomic<bool> never{false};
+  BackgroundCoordinator standby(etcd_->endpoint(), &never);
+  const std::string standby_address = standby.StandingBy();
+  ASSERT_FALSE(standby_address.empty())
+      << "the second coordinator never stood by";
+
+  // A client given only the standby's address: every call is sent on to
+  // the leader, writes included, and so is the watch.
+  auto client = placement::CoordinatorClient::Connect(standby_address);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto registered = (*client)->RegisterNode(NodeN1());
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  proto::CreateRegionRequest request;
+  request.set_name("through-a-standby");
+  request.set_size(4 << 20);
+  auto created = (*client)->CreateRegion(request);
+  ASSERT_TRUE(created.ok()) << created.status();
+  absl::Mutex mu;
+  uint64_t watched = 0;
+  auto watch = (*client)->WatchClusterMap(0, [&](const proto::ClusterMap& m) {
+    absl::MutexLock lock(&mu);
+    watched = m.epoch();
+  });
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(
+                                +[](uint64_t* w) { return *w > 0; }, &watched),
+                            absl::Seconds(10)))
+        << "no map came through the standby";
+  }
+
+  // The leader goes; the standby leads on the port it stood by on, and the
+  // same client reaches it there.
+  (*leader)->Shutdown();
+  auto* started = standby.Started();
+  ASSERT_NE(started, nullptr) << "the standby did not take over";
+  ASSERT_TRUE(started->ok()) << started->status();
+  EXPECT_EQ((**started)->address(), standby_address);
+  absl::StatusOr<proto::RegionInfo> region;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    region = (*client)->GetRegion("through-a-standby");
+  } while (!region.ok() && absl::IsUnavailable(region.status()) &&
+           absl::Now() < deadline);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(region->size(), 4u << 20);
+}
+
+TEST_F(EtcdTest, AStandbyToldToStopReturnsCancelledAndFreesItsPort) {
+  CoordinatorOptions options;
+  options.etcd = etcd_->endpoint();
+  options.region_nodes = std::make_unique<testing::FakeNodes>();
+  auto leader = Coordinator::Start(std::move(options));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+
+  std::atomic<bool> stop{false};
+  BackgroundCoordinator standby(etcd_->endpoint(), &stop);
+  const std::string address = standby.StandingBy();
+  ASSERT_FALSE(address.empty());
+  stop = true;
+  auto* started = standby.Started();
+  ASSERT_NE(started, nullptr) << "a standby told to stop kept waiting";
+  EXPECT_EQ(started->status().code(), absl::StatusCode::kCancelled)
+      << started->status();
+  // Its port is free again: a coordinator without etcd binds it.
+  CoordinatorOptions again;
+  again.listen = address;
+  again.region_nodes = std::make_unique<testing::FakeNodes>();
+  auto rebound = Coordinator::Start(std::move(again));
+  EXPECT_TRUE(rebound.ok()) << rebound.status();
 }
 
 }  // namespace

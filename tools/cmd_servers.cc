@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "coordinator/coordinator.h"
 #include "meshpool/client.h"
@@ -75,6 +77,10 @@ int RunCoordinator(int argc, char** argv) {
                "wait as standbys and take over when it goes)");
   flags.Define("etcd-prefix", "/meshpool/",
                "the etcd keys' prefix (one per cluster)");
+  flags.Define("advertise", "",
+               "with --etcd: the HOST:PORT standbys send clients to while "
+               "this coordinator leads (default: the --listen address; "
+               "give it when listening on 0.0.0.0)");
   DefineTransportFlags(flags, /*with_transport=*/false);
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
@@ -98,10 +104,28 @@ int RunCoordinator(int argc, char** argv) {
     return Fail("coordinator", absl::InvalidArgumentError(
                                    "give --state-dir or --etcd, not both"));
   }
+  options.advertise = flags.Get("advertise");
   static std::atomic<bool> lost_lead{false};
   options.on_lost_lead = [] {
     lost_lead = true;
-    ::kill(::getpid(), SIGTERM);  // wakes WaitForStopSignal below
+    ::kill(::getpid(), SIGTERM);  // wakes the signal thread below
+  };
+  // Standby and leader alike stop on Ctrl-C or SIGTERM: one thread waits
+  // for the signal (blocked in every thread, so only sigwait sees it).
+  BlockStopSignals();
+  static std::atomic<bool> stop{false};
+  static absl::Notification stopped;
+  std::thread([] {
+    WaitForStopSignal();
+    stop = true;
+    stopped.Notify();
+  }).detach();
+  options.stop_waiting = [] { return stop.load(); };
+  options.on_standby = [](const std::string& address) {
+    // Not "listening on": LocalCluster and tests take that line to mean
+    // this coordinator leads.
+    std::printf("meshpool coordinator standing by on %s\n", address.c_str());
+    std::fflush(stdout);
   };
   auto interval = flags.GetDuration("heartbeat-interval");
   auto dead = flags.GetDuration("dead-after");
@@ -112,9 +136,11 @@ int RunCoordinator(int argc, char** argv) {
   auto reconcile = flags.GetDuration("reconcile-every");
   if (!reconcile.ok()) return Fail("coordinator", reconcile.status());
   if (!options.state_dir.empty()) options.reconcile_every = *reconcile;
-  BlockStopSignals();
   auto coordinator = coordinator::Coordinator::Start(std::move(options));
-  if (!coordinator.ok()) return Fail("coordinator", coordinator.status());
+  if (!coordinator.ok()) {
+    if (absl::IsCancelled(coordinator.status())) return 0;  // stopped waiting
+    return Fail("coordinator", coordinator.status());
+  }
   // LocalCluster reads this line: keep the address as the last word.
   std::printf("meshpool coordinator listening on %s\n",
               (*coordinator)->address().c_str());
@@ -123,7 +149,7 @@ int RunCoordinator(int argc, char** argv) {
                 (*coordinator)->metrics_url().c_str());
   }
   std::fflush(stdout);
-  WaitForStopSignal();
+  stopped.WaitForNotification();
   (*coordinator)->Shutdown();
   if (lost_lead) {
     std::fprintf(stderr,

@@ -5,7 +5,9 @@ coordinator is SIGKILLed under client load: GETs, PUTs and region reads of
 live nodes keep succeeding (zero errors on the data path), and the control
 plane answers again within 5 s (the test prints how long). Then an etcd
 member is killed and the control plane still works; the old leader, started
-again, stands by.
+again, stands by. Last, the whole control plane (every etcd member and
+every coordinator) is SIGKILLed at once: the data path keeps working, and
+started again it has every region and node.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def free_ports(n: int) -> List[int]:
 
 class Coordinator:
     """A `meshpool coordinator` process; `leading` is set once it prints
-    its address (standbys print nothing until they lead)."""
+    that it listens as the leader (a standby prints "standing by" first)."""
 
     def __init__(self, port: int, etcd: str) -> None:
         self.port = port
@@ -69,7 +71,7 @@ class Coordinator:
         self.proc.wait()
 
 
-def test_leader_killed_under_load_then_an_etcd_member(tmp_path) -> None:
+def test_leader_killed_under_load_then_an_etcd_member_then_everything(tmp_path) -> None:
     if not os.access(ETCD, os.X_OK):
         pytest.fail(f"{ETCD} is missing: install etcd-server (tools/setup.sh does)")
     procs: List[subprocess.Popen] = []
@@ -79,18 +81,23 @@ def test_leader_killed_under_load_then_an_etcd_member(tmp_path) -> None:
         ports = free_ports(6)
         client_ports, peer_ports = ports[:3], ports[3:]
         cluster = ",".join(f"e{i}=http://127.0.0.1:{peer_ports[i]}" for i in range(3))
-        etcds = []
-        for i in range(3):
+
+        def start_etcd(i: int) -> subprocess.Popen:
             url = f"http://127.0.0.1:{client_ports[i]}"
             peer = f"http://127.0.0.1:{peer_ports[i]}"
-            etcds.append(subprocess.Popen(
+            # Started again on its data directory, a member rejoins (the
+            # --initial-* flags only matter the first time).
+            p = subprocess.Popen(
                 [ETCD, "--name", f"e{i}", "--data-dir", str(tmp_path / f"e{i}"),
                  "--listen-client-urls", url, "--advertise-client-urls", url,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", cluster, "--initial-cluster-state", "new",
                  "--logger", "zap", "--log-level", "error"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        procs += etcds
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            return p
+
+        etcds = [start_etcd(i) for i in range(3)]
         endpoints = ",".join(f"127.0.0.1:{p}" for p in client_ports)
 
         # Three coordinators: one leads.
@@ -166,7 +173,7 @@ def test_leader_killed_under_load_then_an_etcd_member(tmp_path) -> None:
             stop.set()
             worker.join()
             led = max(c.led_at for c in coordinators) - killed
-            print(f"\nleader SIGKILLed: a standby listened after {led:.2f} s, the control "
+            print(f"\nleader SIGKILLed: a standby led after {led:.2f} s, the control "
                   f"plane answered again after {answered:.2f} s; {ops[0]} data-path "
                   f"rounds, {len(errors)} errors; {len(tried)} control-plane attempts "
                   f"failed meanwhile, the last: {tried[-1:] or None}")
@@ -196,6 +203,46 @@ def test_leader_killed_under_load_then_an_etcd_member(tmp_path) -> None:
             time.sleep(2.0)
             assert not leader.leading.is_set(), "two coordinators lead at once"
             assert leader.proc.poll() is None
+
+            # The whole control plane dies at once: reads and writes of live
+            # nodes carry on without it.
+            for c in coordinators:
+                if c.proc.poll() is None:
+                    c.kill()
+            for e in etcds:
+                if e.poll() is None:
+                    e.send_signal(signal.SIGKILL)
+                    e.wait()
+            for i in range(20):
+                client.put(f"outage-{i}", b"o" * 1024)
+                assert client.get(f"outage-{i}") == b"o" * 1024
+            assert region.read(0, len(data)) == data
+
+            # Started again, it has every region and every node.
+            restarted = time.monotonic()
+            etcds = [start_etcd(i) for i in range(3)]
+            for c in coordinators:
+                c.start()
+            deadline = time.monotonic() + 30
+            last = None
+            while True:
+                try:
+                    names = [r.name for r in client.list_regions("failover/")]
+                    last = f"{sum(n.alive for n in client.status().nodes)} nodes alive"
+                    if last == "3 nodes alive":
+                        break
+                except meshpool.Error as e:
+                    last = repr(e)
+                assert time.monotonic() < deadline, \
+                    f"the restarted control plane is not back: {last}"
+                time.sleep(0.1)
+            print(f"everything restarted: the control plane answered after "
+                  f"{time.monotonic() - restarted:.2f} s")
+            assert sum(c.leading.is_set() for c in coordinators) == 1
+            assert "failover/r" in names and "failover/after-etcd" in names, names
+            assert client.open_region("failover/r").read(0, len(data)) == data
+            assert client.get("outage-0") == b"o" * 1024
+            client.create_region("failover/after-restart", 1 << 20, stripe_bytes=1 << 20)
     finally:
         for c in coordinators:
             if c.proc.poll() is None:
