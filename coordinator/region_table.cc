@@ -321,7 +321,10 @@ void RegionTable::FreeMemory(const proto::RegionInfo& info,
     request.set_region_id(holders[i].second);
     request.set_incarnation(node.incarnation());
     absl::Status freed = nodes_->Free(node, request);
-    if (!freed.ok()) {
+    if (freed.ok()) {
+      absl::MutexLock lock(&mu_);
+      freed_[holders[i].second] = env_->Now();
+    } else {
       Log(absl::StrCat("region '", info.name(), "' (id ", info.region_id(),
                        ", allocation ", holders[i].second,
                        "): freeing its memory on node ", node.node_id(),
@@ -392,6 +395,15 @@ size_t RegionTable::Reconcile() {
     }
     for (const auto& [name, id] : creating_) keep.insert(id);
     keep.insert(repairing_.begin(), repairing_.end());
+    const absl::Time now = env_->Now();
+    for (auto it = freed_.begin(); it != freed_.end();) {
+      if (now - it->second > kFreedReportGrace) {
+        it = freed_.erase(it);
+      } else {
+        keep.insert(it->first);  // freed already; the report is stale
+        ++it;
+      }
+    }
   }
   std::vector<std::pair<const proto::NodeInfo*, uint64_t>> leaked;
   for (const proto::NodeEntry& entry : map->nodes()) {

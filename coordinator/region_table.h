@@ -61,6 +61,10 @@ inline constexpr absl::Duration kNodeAllocateTimeout = absl::Seconds(45);
 inline constexpr absl::Duration kNodeFreeTimeout = absl::Seconds(3);
 // Node calls of one create or delete run on at most this many threads.
 inline constexpr size_t kMaxParallelNodeCalls = 32;
+// How long an allocation the table freed itself is remembered, so that
+// Reconcile takes a node's report of it (a heartbeat sent before the free)
+// as stale rather than as memory left behind. Heartbeats are seconds apart.
+inline constexpr absl::Duration kFreedReportGrace = absl::Seconds(30);
 static_assert(kMaxParallelNodeCalls >= 1);
 
 // What the coordinator asks of memory nodes; gRPC in production, a fake in
@@ -147,8 +151,10 @@ class RegionTable {
   // or repair in progress is making: memory a create left behind when the
   // coordinator died between allocating and recording it. Only sound when
   // the table is durable (a restarted in-memory table knows no region, and
-  // clients may still use theirs). Returns how many frees it asked for;
-  // each is logged. Idempotent (a node frees an unknown region as OK).
+  // clients may still use theirs). An allocation the table freed itself
+  // in the last kFreedReportGrace is not freed again (the report predates
+  // the free). Returns how many frees it asked for; each is logged.
+  // Idempotent (a node frees an unknown region as OK).
   size_t Reconcile();
 
   // ---- For the repairer (coordinator/region_repair.h). ----
@@ -215,6 +221,9 @@ class RegionTable {
   std::map<std::string, uint64_t, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
   // Allocation ids repairs in progress are allocating under.
   std::set<uint64_t> repairing_ ABSL_GUARDED_BY(mu_);
+  // Allocation ids FreeMemory freed on their node, with when (pruned after
+  // kFreedReportGrace by Reconcile).
+  std::map<uint64_t, absl::Time> freed_ ABSL_GUARDED_BY(mu_);
   // Repair progress and failures, by region id.
   mutable absl::Mutex status_mu_;
   std::map<uint64_t, proto::RegionHealth> repair_status_
