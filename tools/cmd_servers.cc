@@ -105,6 +105,9 @@ int RunCoordinator(int argc, char** argv) {
                                    "give --state-dir or --etcd, not both"));
   }
   options.advertise = flags.Get("advertise");
+  // A standby prints a line when it stands by and another when it leads;
+  // whoever read the first may have closed our stdout (meshpool up does).
+  ::signal(SIGPIPE, SIG_IGN);
   static std::atomic<bool> lost_lead{false};
   options.on_lost_lead = [] {
     lost_lead = true;
@@ -369,9 +372,16 @@ int RunUp(int argc, char** argv) {
   flags.DefineBool("no-state",
                    "keep the coordinator's state in memory only: a "
                    "coordinator that dies stops the cluster");
+  flags.Define("coordinators", "1",
+               "coordinators to run; above 1 they share a local etcd "
+               "(its data in the state directory): one leads, the others "
+               "stand by, and killing the leader shows a failover");
   if (int rc = ParseFlags(flags, argc, argv, "up"); rc >= 0) return rc;
   auto options = ClusterFlags(flags);
   if (!options.ok()) return Fail("up", options.status());
+  auto coordinators = flags.GetInt("coordinators");
+  if (!coordinators.ok()) return Fail("up", coordinators.status());
+  options->coordinators = static_cast<int>(*coordinators);
   // The state directory: given, or made for this run (and removed at exit).
   std::string made_state_dir;
   if (!flags.GetBool("no-state")) {
@@ -400,7 +410,15 @@ int RunUp(int argc, char** argv) {
       (*cluster)->coordinator_address().c_str(), options->nodes,
       FormatSize(options->capacity_bytes).c_str(),
       (*cluster)->coordinator_address().c_str());
-  if (!options->state_dir.empty()) {
+  if (!(*cluster)->etcd_address().empty()) {
+    std::printf(
+        "%d coordinators on the etcd at %s, its data in %s%s (one leads; "
+        "kill it and another takes over; a coordinator that dies is "
+        "started again and stands by)\n",
+        options->coordinators, (*cluster)->etcd_address().c_str(),
+        options->state_dir.c_str(),
+        made_state_dir.empty() ? "" : ", removed at exit");
+  } else if (!options->state_dir.empty()) {
     std::printf(
         "coordinator state in %s%s (a coordinator that dies is "
         "restarted from it)\n",

@@ -1,5 +1,7 @@
 """`meshpool up` as a user runs it: a node that dies is reported and the
-cluster serves on (or, with --restart-nodes, the node comes back)."""
+cluster serves on (or, with --restart-nodes, the node comes back); a
+coordinator that dies comes back from its state; with --coordinators 3, a
+local etcd and three coordinators, killing the leader shows a failover."""
 
 from __future__ import annotations
 
@@ -113,7 +115,7 @@ def test_up_restarts_a_dead_coordinator_from_its_state():
         assert len(out) == 1, f"pgrep found {out}"
         os.kill(int(out[0]), signal.SIGKILL)
         line = read_until(up, "restarted from its state")
-        assert "the coordinator ended (signal 9)" in line, line
+        assert re.search(r"the coordinator on \S+ ended \(signal 9\)", line), line
         assert up.poll() is None, "meshpool up stopped with its coordinator"
 
         def served():
@@ -129,3 +131,54 @@ def test_up_restarts_a_dead_coordinator_from_its_state():
         up.send_signal(signal.SIGINT)
         up.wait(timeout=30)
     assert state_dir and not os.path.exists(state_dir), "the state directory was left behind"
+
+
+def coordinator_pids(up_pid):
+    """The `meshpool coordinator` children of `meshpool up`, oldest first."""
+    out = subprocess.run(["pgrep", "-P", str(up_pid), "-f", "coordinator --listen"],
+                         capture_output=True, text=True).stdout.split()
+    return sorted(int(p) for p in out)
+
+
+def test_up_with_three_coordinators_fails_over_when_the_leader_dies():
+    if not os.access("/usr/bin/etcd", os.X_OK):
+        pytest.fail("/usr/bin/etcd is missing: install etcd-server (tools/setup.sh does)")
+    up, address = start_up("--coordinators", "3")
+    try:
+        assert len(address.split(",")) == 3, address
+        line = read_until(up, "coordinators on the etcd at")
+        assert "3 coordinators on the etcd at 127.0.0.1:" in line, line
+        data = os.urandom(1 << 20)
+        with meshpool.Client(address) as c:
+            c.put("kept", b"value")
+            c.create_region("up/r", 1 << 20, stripe_bytes=64 << 10, replicas=2).write(0, data)
+        pids = coordinator_pids(up.pid)
+        assert len(pids) == 3, pids
+        # The first started leads (the others found it leading).
+        os.kill(pids[0], signal.SIGKILL)
+        killed = time.monotonic()
+
+        def created():
+            try:
+                with meshpool.Client(address) as c:
+                    c.create_region("up/after", 1 << 20)
+                return True
+            except meshpool.Error:
+                return False
+        assert wait_for(created, 10), "no coordinator took over"
+        print(f"\nleader killed: the control plane answered after "
+              f"{time.monotonic() - killed:.2f} s")
+        line = read_until(up, "restarted on etcd")
+        assert re.search(r"the coordinator on \S+ ended \(signal 9\)", line), line
+        assert up.poll() is None, "meshpool up stopped with its coordinator"
+        assert len(coordinator_pids(up.pid)) == 3, "the dead coordinator was not started again"
+        with meshpool.Client(address) as c:
+            assert c.get("kept") == b"value"
+            assert c.open_region("up/r").read(0, len(data)) == data
+            assert sorted(r.name for r in c.list_regions("up/")) == ["up/after", "up/r"]
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0
+    leftover = subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True,
+                              text=True).stdout.split()
+    assert leftover == [], f"children of meshpool up outlived it: {leftover}"
