@@ -10,6 +10,10 @@ meshpool_test(rdma_tcp_responder_test
 meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc
   LIBS meshpool_rdma)
+# The uc backend's reliable channel over a simulated lossy link.
+meshpool_test(rdma_uc_channel_test
+  SOURCES rdma_uc_channel_test.cc
+  LIBS meshpool_rdma)
 # The shm backend beyond the contract; the process tests re-execute the
 # binary as a second client or a node that gets killed.
 meshpool_test(rdma_shm_test
