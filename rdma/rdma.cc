@@ -31,6 +31,8 @@ absl::string_view TransportKindName(TransportKind kind) {
       return "shm";
     case TransportKind::kSim:
       return "sim";
+    case TransportKind::kUc:
+      return "uc";
   }
   return "unknown";
 }

@@ -16,7 +16,10 @@
 //   sim   (rdma/sim.h)   - in-process, deterministic (seeded) fabric with
 //                          injectable faults, for tests that must reach rare
 //                          interleavings.
-//   (the Thunderbolt UC profile arrives later behind the same interface.)
+//   uc    (rdma/uc.h)    - a responder on the memory node over a software-
+//                          reliable message channel, for links with only
+//                          unreliable messages (Thunderbolt's UC SEND/RECV;
+//                          UDP today).
 //
 // Callers that must treat backends differently ask Transport::kind(), never
 // the name.
@@ -160,7 +163,7 @@ using Handshake =
     std::function<absl::StatusOr<std::string>(const std::string& request)>;
 
 // Which backend a Transport is.
-enum class TransportKind : uint8_t { kTcp, kVerbs, kShm, kSim };
+enum class TransportKind : uint8_t { kTcp, kVerbs, kShm, kSim, kUc };
 // Its name: the scheme of its addresses ("tcp" for "tcp://...") and what
 // handshakes and messages call it.
 absl::string_view TransportKindName(TransportKind kind);

@@ -132,4 +132,24 @@ uint64_t ExecuteAtomic(Opcode op, uint8_t* word, uint64_t compare_add,
   return expected;  // the old value whether or not the swap happened
 }
 
+RequestVerdict CheckRequest(const RequestHeader& h, uint32_t max_request_bytes,
+                            const RegionRegistry& registry, uint8_t** target) {
+  if (h.magic != kRequestMagic || !IsKnownOpcode(h.opcode)) {
+    return RequestVerdict::kMalformed;
+  }
+  if (h.length == 0 || h.length > max_request_bytes) {
+    return RequestVerdict::kMalformed;
+  }
+  const auto op = static_cast<Opcode>(h.opcode);
+  if (IsAtomic(op) &&
+      (h.length != kAtomicBytes || h.remote_addr % kAtomicBytes != 0)) {
+    return RequestVerdict::kMalformed;
+  }
+  absl::StatusOr<uint8_t*> where =
+      registry.Resolve(h.rkey, h.remote_addr, h.length);
+  if (!where.ok()) return RequestVerdict::kDenied;
+  *target = *where;
+  return RequestVerdict::kExecute;
+}
+
 }  // namespace meshpool::rdma::internal

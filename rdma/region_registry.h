@@ -8,6 +8,8 @@
 //    rkey on destruction.
 //  * ValidateLocalRequest / ValidateLocalBatch: what Endpoint::Post checks
 //    before anything is sent.
+//  * CheckRequest: what a responder (tcp, uc) checks of a request from the
+//    wire before it touches memory.
 #ifndef MESHPOOL_RDMA_REGION_REGISTRY_H_
 #define MESHPOOL_RDMA_REGION_REGISTRY_H_
 
@@ -23,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "rdma/rdma.h"
+#include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma::internal {
 
@@ -85,6 +88,16 @@ absl::Status ValidateLocalRequest(const WorkRequest& wr);
 // batch is valid (nothing to post).
 absl::Status ValidateLocalBatch(absl::Span<const WorkRequest> batch,
                                 size_t outstanding);
+
+// A responder's verdict on a request header from the wire.
+enum class RequestVerdict {
+  kExecute,    // *target is where it reads or writes
+  kDenied,     // well formed, but names memory it may not touch
+  kMalformed,  // bad magic or opcode, length 0 or over max_request_bytes,
+               // an atomic not 8 bytes or not aligned
+};
+RequestVerdict CheckRequest(const RequestHeader& h, uint32_t max_request_bytes,
+                            const RegionRegistry& registry, uint8_t** target);
 
 // True for the four opcodes rdma.h defines.
 bool IsKnownOpcode(uint8_t opcode);

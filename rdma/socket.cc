@@ -74,10 +74,11 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address,
 
 namespace {
 
-absl::StatusOr<addrinfo*> Resolve(const HostPort& where, bool passive) {
+absl::StatusOr<addrinfo*> Resolve(const HostPort& where, bool passive,
+                                  int socktype = SOCK_STREAM) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = socktype;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   addrinfo* result = nullptr;
   const std::string port = absl::StrCat(where.port);
@@ -154,6 +155,48 @@ absl::StatusOr<UniqueFd> ListenTcp(const HostPort& where) {
   ::freeaddrinfo(ai);
   if (!status.ok()) return status;
   return fd;
+}
+
+namespace {
+
+// A non-blocking UDP socket with big buffers, bound (`connect` false) or
+// connected to `where`.
+absl::StatusOr<UniqueFd> UdpSocket(const HostPort& where, bool connect) {
+  MESHPOOL_ASSIGN_OR_RETURN(addrinfo * ai,
+                            Resolve(where, !connect, SOCK_DGRAM));
+  UniqueFd fd(::socket(ai->ai_family,
+                       ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                       ai->ai_protocol));
+  absl::Status status = absl::OkStatus();
+  if (!fd.valid()) {
+    status = ErrnoToStatus(errno, "socket(udp)");
+  } else {
+    // The kernel caps these at net.core.[rw]mem_max; a smaller buffer only
+    // means more drops, which the uc channel repairs.
+    int bytes = kUdpBufferBytes;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    if (connect && ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      status = ErrnoToStatus(
+          errno, absl::StrCat("connect udp ", where.host, ":", where.port));
+    } else if (!connect && ::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      status = ErrnoToStatus(
+          errno, absl::StrCat("bind udp ", where.host, ":", where.port));
+    }
+  }
+  ::freeaddrinfo(ai);
+  if (!status.ok()) return status;
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> BindUdp(const HostPort& where) {
+  return UdpSocket(where, false);
+}
+
+absl::StatusOr<UniqueFd> ConnectUdp(const HostPort& peer) {
+  return UdpSocket(peer, true);
 }
 
 absl::StatusOr<uint16_t> BoundPort(int fd) {

@@ -1,4 +1,5 @@
-// meshpool/rdma internal: the socket plumbing of the tcp backend.
+// meshpool/rdma internal: the socket plumbing of the tcp backend (and the
+// UDP link of the uc backend).
 //
 //  * UniqueFd: the one owner of a file descriptor (move-only, closes on
 //    destruction).
@@ -54,6 +55,14 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address,
 // A listening TCP socket bound to `where` (port 0 picks a free one).
 // Errors: Unavailable / AlreadyExists / Internal from the OS.
 absl::StatusOr<UniqueFd> ListenTcp(const HostPort& where);
+
+// UDP sockets (the uc backend's test link): non-blocking, with buffers of
+// kUdpBufferBytes where the kernel allows. BindUdp binds `where` (port 0
+// picks one); ConnectUdp connects to `peer`, so that a closed port shows up
+// as ECONNREFUSED on the next receive. Errors as ListenTcp.
+inline constexpr int kUdpBufferBytes = 4 << 20;
+absl::StatusOr<UniqueFd> BindUdp(const HostPort& where);
+absl::StatusOr<UniqueFd> ConnectUdp(const HostPort& peer);
 
 // The port a bound socket got.
 absl::StatusOr<uint16_t> BoundPort(int fd);

@@ -85,9 +85,6 @@ class TcpResponder::Connection {
     const uint8_t* payload;  // READ: registered memory; else nullptr
     bool last;               // shut down after sending this one
   };
-  enum class Verdict { kExecute, kDenied, kMalformed };
-
-  Verdict Check(const RequestHeader& h, uint8_t** target) const;
   void ReadLoop();
   void WriteLoop();
   void Enqueue(const RequestHeader& h, WireStatus status, uint64_t old_value,
@@ -103,26 +100,6 @@ class TcpResponder::Connection {
   std::thread reader_;
   std::thread writer_;
 };
-
-TcpResponder::Connection::Verdict TcpResponder::Connection::Check(
-    const RequestHeader& h, uint8_t** target) const {
-  if (h.magic != kRequestMagic || !IsKnownOpcode(h.opcode)) {
-    return Verdict::kMalformed;
-  }
-  if (h.length == 0 || h.length > max_request_bytes_) {
-    return Verdict::kMalformed;
-  }
-  const auto op = static_cast<Opcode>(h.opcode);
-  if (IsAtomic(op) &&
-      (h.length != kAtomicBytes || h.remote_addr % kAtomicBytes != 0)) {
-    return Verdict::kMalformed;
-  }
-  absl::StatusOr<uint8_t*> where =
-      registry_.Resolve(h.rkey, h.remote_addr, h.length);
-  if (!where.ok()) return Verdict::kDenied;
-  *target = *where;
-  return Verdict::kExecute;
-}
 
 void TcpResponder::Connection::Enqueue(const RequestHeader& h,
                                        WireStatus status, uint64_t old_value,
@@ -150,9 +127,10 @@ void TcpResponder::Connection::ReadLoop() {
     RequestHeader h;
     if (!RecvAll(fd_.get(), &h, sizeof(h)).ok()) break;
     uint8_t* target = nullptr;
-    const Verdict verdict = Check(h, &target);
-    if (verdict == Verdict::kMalformed) break;
-    if (verdict == Verdict::kDenied) {
+    const RequestVerdict verdict =
+        CheckRequest(h, max_request_bytes_, registry_, &target);
+    if (verdict == RequestVerdict::kMalformed) break;
+    if (verdict == RequestVerdict::kDenied) {
       Enqueue(h, WireStatus::kAccessDenied, 0, nullptr, /*last=*/true);
       hard_close = false;  // the writer sends the denial, then shuts down
       break;

@@ -1,9 +1,9 @@
 // The transport contract (rdma/rdma.h), run against every backend. A backend
-// joins by adding one factory to Factories() below. Built twice: tcp, sim and
-// shm (rdma_conformance_test), and verbs alone (rdma_conformance_verbs_test,
-// MESHPOOL_CONFORMANCE_VERBS, label "verbs": it needs an RDMA device and
-// skips loudly without one). Local buffers come from an arena registered
-// with the client transport, since verbs needs their lkey.
+// joins by adding one factory to Factories() below. Built twice: tcp, sim,
+// shm and uc (rdma_conformance_test), and verbs alone
+// (rdma_conformance_verbs_test, MESHPOOL_CONFORMANCE_VERBS, label "verbs": it
+// needs an RDMA device and skips loudly without one). Local buffers come from
+// an arena registered with the client transport, since verbs needs their lkey.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -29,6 +29,7 @@
 #include "rdma/shm.h"
 #include "rdma/sim.h"
 #include "rdma/tcp.h"
+#include "rdma/uc.h"
 #include "rdma/verbs.h"
 #include "tests/test_seed.h"
 #include "tests/verbs_test_util.h"
@@ -66,6 +67,21 @@ class Backend {
   std::unique_ptr<Transport> client_;
 };
 
+// "scheme://127.0.0.1:port" of a loopback socket of `type`, bound and never
+// served (kept open in *fd for the test's lifetime so the port stays ours).
+std::string BoundButSilent(int type, absl::string_view scheme, int* fd) {
+  *fd = ::socket(AF_INET, type, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(*fd, reinterpret_cast<sockaddr*>(&addr), len) ||
+      ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len)) {
+    return absl::StrCat(scheme, "://127.0.0.1:1");
+  }
+  return absl::StrCat(scheme, "://127.0.0.1:", ntohs(addr.sin_port));
+}
+
 class TcpBackend : public Backend {
  public:
   static std::unique_ptr<Backend> Create(uint64_t seed) {
@@ -85,17 +101,7 @@ class TcpBackend : public Backend {
   // A bound socket that does not listen: connecting is refused, and the port
   // stays ours for the test's lifetime.
   std::string UnreachableAddress() override {
-    unreachable_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (::bind(unreachable_fd_, reinterpret_cast<sockaddr*>(&addr), len) ||
-        ::getsockname(unreachable_fd_, reinterpret_cast<sockaddr*>(&addr),
-                      &len)) {
-      return "tcp://127.0.0.1:1";
-    }
-    return absl::StrCat("tcp://127.0.0.1:", ntohs(addr.sin_port));
+    return BoundButSilent(SOCK_STREAM, "tcp", &unreachable_fd_);
   }
   std::vector<std::string> MalformedAddresses() const override {
     return {"127.0.0.1:7000",       "tcp://127.0.0.1",
@@ -126,6 +132,48 @@ class SimBackend : public Backend {
 
  private:
   std::shared_ptr<SimFabric> fabric_;
+};
+
+// uc over UDP on loopback; "uc_lossy" drops, duplicates and corrupts
+// frames both ways (the channel must deliver through it).
+class UcBackend : public Backend {
+ public:
+  static std::unique_ptr<Backend> Create(uint64_t seed, bool lossy) {
+    auto b = std::make_unique<UcBackend>();
+    UcOptions options;
+    options.connect_timeout = absl::Seconds(1);
+    if (lossy) {
+      options.faults = {
+          .drop = 0.02, .duplicate = 0.02, .corrupt = 0.01, .seed = seed};
+    }
+    auto node = CreateUcTransport(options);
+    options.faults.seed = seed + 1;
+    auto client = CreateUcTransport(options);
+    EXPECT_TRUE(node.ok()) << node.status();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!node.ok() || !client.ok()) return nullptr;
+    b->node_ = *std::move(node);
+    b->client_ = *std::move(client);
+    return b;
+  }
+  ~UcBackend() override {
+    if (silent_fd_ >= 0) ::close(silent_fd_);
+  }
+  std::string bind() const override { return "127.0.0.1:0"; }
+  void KillNode() override { node_.reset(); }
+  // A bound UDP socket that never answers: the hello goes unanswered.
+  std::string UnreachableAddress() override {
+    return BoundButSilent(SOCK_DGRAM, "uc", &silent_fd_);
+  }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"127.0.0.1:7000",      "uc://127.0.0.1",
+            "uc://:7000",          "uc://127.0.0.1:99999",
+            "uc://127.0.0.1:port", "tcp://127.0.0.1:7000",
+            "uc://127.0.0.1:0",    ""};
+  }
+
+ private:
+  int silent_fd_ = -1;
 };
 
 // The node's memory is a sealed memfd (what a shared store::Pool is),
@@ -272,6 +320,8 @@ const std::map<std::string, BackendFactory>& Factories() {
       {"tcp", &TcpBackend::Create},
       {"sim", &SimBackend::Create},
       {"shm", &ShmBackend::Create},
+      {"uc", [](uint64_t seed) { return UcBackend::Create(seed, false); }},
+      {"uc_lossy", [](uint64_t seed) { return UcBackend::Create(seed, true); }},
 #endif
   };
   return *factories;
@@ -702,7 +752,9 @@ TEST_P(TransportConformanceTest, RegisterMemoryRejectsNullOrEmpty) {
 TEST_P(TransportConformanceTest, ListenTwiceIsFailedPrecondition) {
   EXPECT_EQ(backend_->node().Listen(backend_->bind()).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(backend_->node().name(), GetParam());
+  // A variant ("uc_lossy") is named after its backend and an underscore.
+  EXPECT_EQ(backend_->node().name(),
+            GetParam().substr(0, GetParam().find('_')));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,

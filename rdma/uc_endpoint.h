@@ -1,0 +1,82 @@
+// meshpool/rdma internal: the uc backend's client side. One UcEndpoint is one
+// channel (its own UDP socket and session) to a node's responder; requests
+// are pipelined on it, split into chunks of at most kUcChunkBytes. Not
+// thread-safe (an Endpoint is used by one thread at a time); the channel
+// makes progress only inside Post and Poll.
+#ifndef MESHPOOL_RDMA_UC_ENDPOINT_H_
+#define MESHPOOL_RDMA_UC_ENDPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "rdma/rdma.h"
+#include "rdma/socket.h"
+#include "rdma/uc.h"
+#include "rdma/uc_channel.h"
+#include "rdma/uc_wire.h"
+
+namespace meshpool::rdma::internal {
+
+class UcEndpoint : public Endpoint {
+ public:
+  // Connects to "uc://host:port" and exchanges hellos with the responder.
+  // InvalidArgument for a malformed address; Unavailable when no responder
+  // answers within options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      absl::string_view address, const UcOptions& options);
+  ~UcEndpoint() override;  // says goodbye (best effort)
+
+  // See rdma.h. Copies each WRITE's payload into the channel.
+  absl::Status Post(absl::Span<const WorkRequest> batch) override;
+  // See rdma.h. Copies READ payloads into the caller's buffers. Once
+  // broken, outstanding requests complete with Unavailable (the one the
+  // responder refused with PermissionDenied), then Poll returns
+  // Unavailable.
+  absl::StatusOr<size_t> Poll(absl::Span<Completion> out,
+                              absl::Duration timeout) override;
+  bool healthy() const override { return broken_.ok(); }
+
+ private:
+  // One request on the wire: a whole work request, or one chunk of one.
+  struct Chunk {
+    uint64_t wr_id;
+    Opcode opcode;
+    uint8_t* local;
+    uint32_t length;
+    bool last;  // of its work request: completes it
+  };
+  UcEndpoint(UniqueFd fd, std::string address, const UcOptions& options);
+
+  // Receives what the socket holds, lets the channel send, and turns
+  // delivered responses into completions.
+  void Progress();
+  // Feeds the channel every frame the socket holds.
+  void Drain();
+  void TakeResponse(const std::vector<uint8_t>& message);
+  void Break(absl::Status why);
+  // Waits until the socket is readable or `until`.
+  void Wait(absl::Time until);
+
+  UniqueFd fd_;
+  const std::string address_;
+  UdpFrameSender sender_;
+  std::optional<UcChannel> channel_;  // built after sender_ (its sink)
+  absl::Status broken_;               // OK while healthy
+  std::deque<Chunk> chunks_;          // sent, in order, not yet answered
+  size_t outstanding_ = 0;            // work requests not yet completed
+  std::deque<Completion> ready_;
+  std::vector<uint8_t> rx_;  // receive buffer: one frame and a byte
+};
+
+}  // namespace meshpool::rdma::internal
+
+#endif  // MESHPOOL_RDMA_UC_ENDPOINT_H_

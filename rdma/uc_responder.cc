@@ -1,0 +1,226 @@
+// UcResponder: one thread, one UDP socket, a UcChannel per client session.
+//
+// A frame's session id (header bytes 8..15) picks its session. A frame for
+// an unknown session opens one only if the channel takes it as valid (its
+// checksum holds) and there is room; a session stays bound to the address
+// that opened it, so frames naming it from elsewhere are dropped.
+//
+// Requests run in the order their channel delivers them, each checked
+// before it touches memory. A READ's bytes are copied into the channel when
+// it executes, so a WRITE pipelined after it never shows in it.
+#include "rdma/uc_responder.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/common.h"
+#include "rdma/tcp_wire.h"
+
+namespace meshpool::rdma::internal {
+namespace {
+
+// The loop wakes at least this often (to notice stopping and idle sessions).
+constexpr absl::Duration kMaxWaitSlice = absl::Milliseconds(100);
+// Datagrams taken per wake before the channels are pumped.
+constexpr int kMaxDrainPerRound = 512;
+// Where the session id sits in a frame header (rdma/uc_channel.cc).
+constexpr size_t kSessionOffset = 8;
+
+absl::Span<const uint8_t> Bytes(const void* p, size_t n) {
+  return {static_cast<const uint8_t*>(p), n};
+}
+
+bool SameAddress(const sockaddr_storage& a, socklen_t a_len,
+                 const sockaddr_storage& b, socklen_t b_len) {
+  return a_len == b_len && std::memcmp(&a, &b, a_len) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::Create(
+    absl::string_view bind, const UcOptions& options,
+    std::shared_ptr<const RegionRegistry> registry) {
+  MESHPOOL_ASSIGN_OR_RETURN(HostPort where, ParseHostPort(bind, ""));
+  MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, BindUdp(where));
+  MESHPOOL_ASSIGN_OR_RETURN(uint16_t port, BoundPort(fd.get()));
+  MESHPOOL_ASSIGN_OR_RETURN(WakePipe wake, WakePipe::Create());
+  const bool v6 = where.host.find(':') != std::string::npos;
+  std::string address = v6 ? absl::StrCat("uc://[", where.host, "]:", port)
+                           : absl::StrCat("uc://", where.host, ":", port);
+  return std::unique_ptr<UcResponder>(
+      new UcResponder(std::move(fd), std::move(wake), std::move(address),
+                      options, std::move(registry)));
+}
+
+UcResponder::UcResponder(UniqueFd fd, WakePipe wake, std::string address,
+                         const UcOptions& options,
+                         std::shared_ptr<const RegionRegistry> registry)
+    : options_(options),
+      registry_(std::move(registry)),
+      address_(std::move(address)),
+      fd_(std::move(fd)),
+      wake_(std::move(wake)),
+      sender_(fd_.get(), options.faults),
+      rx_(options.frame_bytes + 1) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+UcResponder::~UcResponder() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  wake_.Wake();
+  thread_.join();
+}
+
+void UcResponder::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    const absl::Time now = absl::Now();
+    Drain(now);
+    const absl::Time next = std::min(PumpAll(now), now + kMaxWaitSlice);
+    const int64_t ms =
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(next - absl::Now()));
+    pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}};
+    ::poll(fds, 2, static_cast<int>(ms));
+  }
+}
+
+void UcResponder::Drain(absl::Time now) {
+  for (int i = 0; i < kMaxDrainPerRound; ++i) {
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    const ssize_t n = ::recvfrom(fd_.get(), rx_.data(), rx_.size(), MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN, or an ICMP error for some earlier peer: nothing now
+    }
+    if (static_cast<size_t>(n) >= rx_.size()) continue;  // over a frame
+    OnDatagram(absl::MakeConstSpan(rx_.data(), static_cast<size_t>(n)), from,
+               from_len, now);
+  }
+}
+
+void UcResponder::OnDatagram(absl::Span<const uint8_t> frame,
+                             const sockaddr_storage& from, socklen_t from_len,
+                             absl::Time now) {
+  if (frame.size() < kUcFrameHeaderBytes) return;
+  uint64_t id;
+  std::memcpy(&id, frame.data() + kSessionOffset, sizeof(id));
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    if (sessions_.size() >= kMaxUcSessions) return;
+    Session& s = sessions_[id];
+    s.peer = from;
+    s.peer_len = from_len;
+    s.last_frame = now;
+    absl::StatusOr<UcChannel> channel = UcChannel::Create(
+        ChannelOptions(options_, id),
+        [this, p = &s](absl::Span<const uint8_t> f) {
+          sender_.Send(f, reinterpret_cast<const sockaddr*>(&p->peer),
+                       p->peer_len);
+          return true;  // one peer gone must not fail the socket
+        });
+    if (!channel.ok()) {
+      sessions_.erase(id);
+      return;
+    }
+    s.channel.emplace(*std::move(channel));
+    s.channel->OnFrame(frame, now);
+    if (s.channel->stats().frames_dropped > 0)
+      sessions_.erase(id);  // not a frame of ours
+    return;
+  }
+  Session& s = it->second;
+  if (!SameAddress(s.peer, s.peer_len, from, from_len)) return;
+  s.last_frame = now;
+  s.channel->OnFrame(frame, now);
+}
+
+void UcResponder::Handle(Session& s, const std::vector<uint8_t>& message) {
+  if (s.closing) return;  // refused a request: nothing more executes
+  uint32_t magic = 0;
+  if (message.size() == sizeof(magic)) {
+    std::memcpy(&magic, message.data(), sizeof(magic));
+    if (magic == kUcHello) {
+      (void)s.channel->Send({Bytes(&magic, sizeof(magic))});
+      return;
+    }
+    if (magic == kUcBye) {
+      s.done = true;
+      return;
+    }
+  }
+  RequestHeader h;
+  if (message.size() < sizeof(h)) {
+    s.done = true;  // malformed: end the session unanswered
+    return;
+  }
+  std::memcpy(&h, message.data(), sizeof(h));
+  uint8_t* target = nullptr;
+  const RequestVerdict verdict =
+      CheckRequest(h, options_.max_request_bytes, *registry_, &target);
+  const auto op = static_cast<Opcode>(h.opcode);
+  const size_t payload = message.size() - sizeof(h);
+  if (verdict == RequestVerdict::kMalformed ||
+      payload != (op == Opcode::kWrite ? h.length : 0)) {
+    s.done = true;  // malformed: end the session unanswered
+    return;
+  }
+  ResponseHeader r{};
+  r.magic = kResponseMagic;
+  r.wr_id = h.wr_id;
+  if (verdict == RequestVerdict::kDenied) {
+    r.status = static_cast<uint8_t>(WireStatus::kAccessDenied);
+    (void)s.channel->Send({Bytes(&r, sizeof(r))});
+    s.closing = true;
+    return;
+  }
+  r.status = static_cast<uint8_t>(WireStatus::kOk);
+  if (op == Opcode::kWrite) {
+    std::memcpy(target, message.data() + sizeof(h), h.length);
+  } else if (IsAtomic(op)) {
+    r.old_value = ExecuteAtomic(op, target, h.compare_add, h.swap);
+  }
+  if (op == Opcode::kRead) {
+    r.length = h.length;
+    const absl::Span<const uint8_t> parts[2] = {Bytes(&r, sizeof(r)),
+                                                Bytes(target, h.length)};
+    (void)s.channel->Send(parts);
+  } else {
+    (void)s.channel->Send({Bytes(&r, sizeof(r))});
+  }
+}
+
+absl::Time UcResponder::PumpAll(absl::Time now) {
+  absl::Time next = absl::InfiniteFuture();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    Session& s = it->second;
+    while (!s.done) {
+      std::optional<std::vector<uint8_t>> m = s.channel->Receive();
+      if (!m.has_value()) break;
+      Handle(s, *m);
+    }
+    if (!s.done && !s.channel->Pump(now).ok()) s.done = true;  // a silent peer
+    if (s.closing && s.channel->idle()) s.done = true;  // denial delivered
+    if (s.channel->idle() && now - s.last_frame > kUcSessionIdle) s.done = true;
+    if (s.done) {
+      it = sessions_.erase(it);
+      continue;
+    }
+    next = std::min(next, s.channel->NextDeadline());
+    ++it;
+  }
+  return next;
+}
+
+}  // namespace meshpool::rdma::internal
