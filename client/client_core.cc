@@ -11,6 +11,7 @@
 #include "placement/placement.h"
 #include "rdma/shm.h"
 #include "rdma/tcp.h"
+#include "rdma/uc.h"
 #include "rdma/verbs.h"
 
 namespace meshpool::client_internal {
@@ -339,10 +340,18 @@ absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
   if (absl::StartsWith(address, "verbs://")) {
     return VerbsLocked(address);
   }
+  if (absl::StartsWith(address, "uc://")) {
+    if (!uc_) {
+      rdma::UcOptions uc;
+      uc.connect_timeout = options_.connect_timeout;
+      MESHPOOL_ASSIGN_OR_RETURN(uc_, rdma::CreateUcTransport(uc));
+    }
+    return uc_.get();
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "node transport address '", address,
       "' uses a transport this client does not support (have: tcp, verbs, "
-      "shm)"));
+      "shm, uc)"));
 }
 
 absl::StatusOr<rdma::Transport*> ClientCore::VerbsLocked(

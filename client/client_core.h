@@ -125,6 +125,7 @@ class ClientCore {
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<rdma::Transport> uc_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<rdma::Transport> verbs_ ABSL_GUARDED_BY(mu_);
   // After verbs_: its forwarded atomics use verbs_.
   std::unique_ptr<rdma::Transport> shm_ ABSL_GUARDED_BY(mu_);

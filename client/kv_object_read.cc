@@ -16,10 +16,11 @@ ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
   r.offset = format::DecodeSlot(word).offset;
   r.length = s.ObjectReadLength(word);
   uint64_t value_at = format::ValueOffset(key.key.size());
-  // Over tcp every READ is a request the node's responder handles: below
-  // kZeroCopyMinBytes one staged READ and a copy beat three READs.
+  // Over tcp and uc every READ is a request the node's responder handles:
+  // below kZeroCopyMinBytes one staged READ and a copy beat three READs.
+  const rdma::TransportKind kind = s.node().transport().kind();
   const bool small_over_tcp =
-      s.node().transport().kind() == rdma::TransportKind::kTcp &&
+      (kind == rdma::TransportKind::kTcp || kind == rdma::TransportKind::kUc) &&
       target.out.size() < kZeroCopyMinBytes;
   r.direct = allow_direct && !small_over_tcp && target.lkey.has_value() &&
              !target.out.empty() && r.length > value_at;

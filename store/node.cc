@@ -261,7 +261,8 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   // fault the pages in anyway; it then finds them present.
   const bool shared =
       options.shm && (transport->kind() == rdma::TransportKind::kTcp ||
-                      transport->kind() == rdma::TransportKind::kVerbs);
+                      transport->kind() == rdma::TransportKind::kVerbs ||
+                      transport->kind() == rdma::TransportKind::kUc);
   MESHPOOL_ASSIGN_OR_RETURN(
       Pool pool, Pool::Create(options.capacity_bytes, options.huge_pages,
                               /*populate=*/true, shared));

@@ -1,6 +1,6 @@
 # Multi-process tests: a coordinator and memory nodes as real `meshpool`
 # processes on 127.0.0.1, driven through the C++ API and the CLI. Built
-# twice: over TCP, and over verbs (label `verbs`: run in the Soft-RoCE VM;
+# once per transport: over TCP, shm, uc, and over verbs (label `verbs`: run in the Soft-RoCE VM;
 # elsewhere its tests skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
 set(MESHPOOL_INTEGRATION_SOURCES
   integration_test.cc integration_fault_test.cc integration_cli_test.cc
@@ -23,6 +23,16 @@ meshpool_test(integration_shm_test
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="shm")
 add_dependencies(integration_shm_test meshpool)
+# The same tests over the uc backend (UDP messages with software
+# reliability: the protocol of Thunderbolt's UC RDMA).
+meshpool_test(integration_uc_test
+  SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator
+  LABELS integration
+  PREFIX uc.
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+          MESHPOOL_TEST_TRANSPORT="uc")
+add_dependencies(integration_uc_test meshpool)
 meshpool_test(integration_verbs_test
   SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
   LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator

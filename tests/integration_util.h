@@ -15,8 +15,8 @@
 
 namespace meshpool::testing {
 
-// The data transport the tests exercise: "tcp"; "shm" (tcp nodes that also
-// serve same-host clients over shared memory, which this process then
+// The data transport the tests exercise: "tcp"; "uc"; "shm" (tcp nodes that
+// also serve same-host clients over shared memory, which this process then
 // uses); or "verbs" in the integration_verbs_test build, whose every test
 // needs an RDMA device. Only the shm build lets nodes serve shm: clients on
 // the same host would otherwise take it over tcp and verbs.

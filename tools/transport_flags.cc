@@ -12,6 +12,7 @@
 #include "rdma/device_matrix.h"
 #include "rdma/devices.h"
 #include "rdma/tcp.h"
+#include "rdma/uc.h"
 #include "rdma/verbs.h"
 
 namespace meshpool::tools {
@@ -52,8 +53,10 @@ bool HasActiveDevice() {
 void DefineTransportFlags(Flags& flags, bool with_transport) {
   if (with_transport) {
     flags.Define("transport", "auto",
-                 "data transport: tcp, verbs, or auto (verbs when an RDMA "
-                 "device is active)");
+                 "data transport: tcp, verbs, uc (messages over UDP with "
+                 "software reliability: the protocol of Thunderbolt's UC "
+                 "RDMA), or auto (verbs when an RDMA device is active, else "
+                 "tcp)");
   }
   flags.Define("device", "",
                "RDMA devices to use, comma-separated (default: every active "
@@ -68,10 +71,10 @@ void DefineTransportFlags(Flags& flags, bool with_transport) {
 
 absl::StatusOr<std::string> ResolveTransport(const Flags& flags) {
   std::string kind = flags.Get("transport");
-  if (kind == "tcp" || kind == "verbs") return kind;
+  if (kind == "tcp" || kind == "verbs" || kind == "uc") return kind;
   if (kind == "auto") return HasActiveDevice() ? "verbs" : "tcp";
   return absl::InvalidArgumentError(absl::StrCat(
-      "--transport ", kind, " is unknown; use tcp, verbs or auto"));
+      "--transport ", kind, " is unknown; use tcp, verbs, uc or auto"));
 }
 
 absl::StatusOr<rdma::VerbsOptions> VerbsOptionsFromFlags(const Flags& flags) {
@@ -112,6 +115,7 @@ absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags) {
   MESHPOOL_ASSIGN_OR_RETURN(std::string kind, ResolveTransport(flags));
   if (kind == "tcp") return rdma::CreateTcpTransport();
+  if (kind == "uc") return rdma::CreateUcTransport();
   MESHPOOL_ASSIGN_OR_RETURN(rdma::VerbsOptions options,
                             VerbsOptionsFromFlags(flags));
   return rdma::CreateVerbsTransport(std::move(options));
