@@ -17,12 +17,13 @@
 // checksum, magic, version, length or session is dropped unseen; UC's own
 // CRC covers the wire, the checksum covers the rest (and a hostile peer).
 //
-// Sending. At most window_frames frames are unacknowledged. A frame is sent
-// again when its retransmission timeout passes (from the smoothed round
-// trip, RFC 6298 style, doubled for every transmission) or, sooner, when the
-// peer acknowledged a later frame and the frame has been out for a round
-// trip (a gap: it was probably lost). Round trips are sampled only from
-// frames sent once (Karn).
+// Sending. At most window_frames frames are unacknowledged. When the
+// oldest frame's retransmission timeout passes (from the smoothed round
+// trip, RFC 6298 style, doubled for every transmission) it alone is sent
+// again and the others wait another timeout; a frame is also sent again,
+// sooner, when the peer acknowledged a later frame and the frame has been
+// out for a round trip (a gap: it was probably lost). Round trips are
+// sampled only from frames sent once (Karn).
 //
 // Receiving. Frames are taken in sequence order: a frame below `expected_`
 // is a duplicate (a retransmission crossed an acknowledgement), dropped but
@@ -325,12 +326,24 @@ absl::Status UcChannel::Pump(absl::Time now) {
   }
   const absl::Status broken =
       absl::UnavailableError("uc channel: the link is broken");
+  // Gaps below a frame the peer holds are all sent again. A timeout sends
+  // only the oldest frame again (a probe) and restarts every other frame's
+  // timer with the probe's back-off: a peer that is slow to take its
+  // frames (not polling) costs one frame per timeout, not a window.
+  const Outgoing* probe = nullptr;
   for (Outgoing& out : unacked_) {
     if (out.sacked || now < ResendAt(out)) continue;
+    const bool gap = any_sacked_ && SeqBefore(out.seq, highest_sacked_);
+    if (!gap && probe != nullptr) {
+      out.sent_at = now;
+      out.transmissions = probe->transmissions;
+      continue;
+    }
     if (!Emit(kTypeData, out.flags, out.seq, out.payload)) return Fail(broken);
     out.sent_at = now;
     ++out.transmissions;
     ++stats_.frames_resent;
+    if (!gap) probe = &out;
   }
   while (!pending_.empty() && unacked_.size() < options_.window_frames) {
     const std::vector<uint8_t>& message = pending_.front();

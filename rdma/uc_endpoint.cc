@@ -201,10 +201,11 @@ void UcEndpoint::Wait(absl::Time until) {
   const absl::Time now = absl::Now();
   absl::Time wake = std::min(until, channel_->NextDeadline());
   wake = std::min(wake, now + kMaxWaitSlice);
-  const int64_t ms =
-      std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - now));
+  // ppoll: a deadline under a millisecond away must not turn into a spin.
+  const timespec ts =
+      absl::ToTimespec(std::max(wake - now, absl::ZeroDuration()));
   pollfd p{fd_.get(), POLLIN, 0};
-  ::poll(&p, 1, static_cast<int>(ms));
+  ::ppoll(&p, 1, &ts, nullptr);
 }
 
 absl::Status UcEndpoint::Post(absl::Span<const WorkRequest> batch) {

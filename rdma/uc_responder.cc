@@ -87,10 +87,11 @@ void UcResponder::Loop() {
     const absl::Time now = absl::Now();
     Drain(now);
     const absl::Time next = std::min(PumpAll(now), now + kMaxWaitSlice);
-    const int64_t ms =
-        std::max<int64_t>(0, absl::ToInt64Milliseconds(next - absl::Now()));
+    // ppoll: a deadline under a millisecond away must not turn into a spin.
+    const timespec ts =
+        absl::ToTimespec(std::max(next - absl::Now(), absl::ZeroDuration()));
     pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}};
-    ::poll(fds, 2, static_cast<int>(ms));
+    ::ppoll(fds, 2, &ts, nullptr);
   }
 }
 
