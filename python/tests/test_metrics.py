@@ -83,6 +83,10 @@ def test_metrics_match_stat_and_follow_the_cluster() -> None:
         assert all(u.startswith("http://127.0.0.1:") for u in nodes.values()), nodes
         for url in [coordinator_url, *nodes.values()]:
             assert health(url) == (200, "ok\n")
+        # Made before the workload fills the pools with KV objects (a region
+        # needs free whole slabs; on a slow machine the workload runs long).
+        with cluster.client() as c:
+            c.create_region("metrics/two", 4 << 20, stripe_bytes=1 << 20, replicas=2)
 
         # A workload on its own client; the nodes' pages scraped meanwhile.
         stop = threading.Event()
@@ -132,8 +136,6 @@ def test_metrics_match_stat_and_follow_the_cluster() -> None:
             assert 0 <= value(s, "meshpool_node_heartbeat_age_seconds", node=node) < 5
 
         # The coordinator: membership, regions and their health.
-        with cluster.client() as c:
-            c.create_region("metrics/two", 4 << 20, stripe_bytes=1 << 20, replicas=2)
         s = scrape(coordinator_url)
         assert value(s, "meshpool_coordinator_leader") == 1
         assert value(s, "meshpool_coordinator_nodes", state="alive") == 2
