@@ -344,6 +344,11 @@ absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
     if (!uc_) {
       rdma::UcOptions uc;
       uc.connect_timeout = options_.connect_timeout;
+      // uc://NAME nodes are reached over UC queue pairs on these devices.
+      uc.verbs = VerbsOptionsFrom(options_.rdma);
+#ifdef __APPLE__
+      uc.profile = rdma::UcProfile::kThunderbolt;
+#endif
       MESHPOOL_ASSIGN_OR_RETURN(uc_, rdma::CreateUcTransport(uc));
     }
     return uc_.get();

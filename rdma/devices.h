@@ -35,6 +35,9 @@ struct RdmaDeviceInfo {
   int max_qp_wr = 0;
   int max_inline_data = 0;  // probed by creating a QP; 0 if that failed
   bool atomics = false;     // device supports RDMA CAS/FAA
+  // A UC queue pair could be created (the uc backend's link; all that
+  // Apple's RDMA over Thunderbolt offers).
+  bool uc_queue_pairs = false;
   std::vector<RdmaPortInfo> ports;
 };
 // Lists every RDMA device. An empty list (not an error) when there are none;

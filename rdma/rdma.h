@@ -18,8 +18,8 @@
 //                          interleavings.
 //   uc    (rdma/uc.h)    - a responder on the memory node over a software-
 //                          reliable message channel, for links with only
-//                          unreliable messages (Thunderbolt's UC SEND/RECV;
-//                          UDP today).
+//                          unreliable messages: UC queue pairs (Thunderbolt
+//                          5's SEND/RECV; Soft-RoCE) or UDP.
 //
 // Callers that must treat backends differently ask Transport::kind(), never
 // the name.

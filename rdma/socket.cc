@@ -289,4 +289,10 @@ void WakePipe::Wake() const {
   [[maybe_unused]] ssize_t rc = ::write(write_end.get(), &byte, 1);
 }
 
+void WakePipe::Drain() const {
+  char bytes[64];
+  while (::read(read_end.get(), bytes, sizeof(bytes)) > 0) {
+  }
+}
+
 }  // namespace meshpool::rdma::internal

@@ -83,6 +83,9 @@ absl::Status RecvAll(int fd, void* buffer, size_t length);
 struct WakePipe {
   static absl::StatusOr<WakePipe> Create();
   void Wake() const;
+  // Empties the pipe (call before polling again, so that a wake-up already
+  // seen does not wake the next poll).
+  void Drain() const;
   UniqueFd read_end;
   UniqueFd write_end;
 };

@@ -6,9 +6,15 @@
 // (rdma/uc_channel.h: sequence numbers, acknowledgements, retransmission,
 // checksums, liveness). Transfers above kUcChunkBytes are split.
 //
-// Links: today UDP ("uc://host:port", the node's socket), which any host
-// has, so the protocol runs for real in every test; the UC verbs link for
-// Thunderbolt comes next behind the same channel.
+// Links (rdma/uc_link.h), named by the node's address:
+//   "uc://host:port"  UDP to the node's socket: any host has it, so the
+//                     protocol runs for real in every test;
+//   "uc://NAME"       UC queue pairs (rdma/verbs_uc_link.h), NAME being the
+//                     node's VerbsOptions.self_name, set up through the
+//                     node's Handshake RPC: Thunderbolt 5 on macOS, and
+//                     Soft-RoCE or any RDMA NIC on Linux.
+// A node listens on the link UcOptions.link names; a client follows each
+// node's address.
 //
 // Thread-safety: as rdma.h.
 #ifndef MESHPOOL_RDMA_UC_H_
@@ -19,8 +25,10 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/rdma.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::rdma {
 
@@ -38,7 +46,37 @@ struct UcLinkFaults {
   uint64_t seed = 0;
 };
 
+// Apple's limits on RDMA over Thunderbolt 5 (../shared/DESIGN.md §3). The
+// thunderbolt profile applies them on any platform, so tests on Linux obey
+// the same rules a Mac imposes.
+enum class UcProfile : uint8_t { kNone, kThunderbolt };
+inline constexpr uint32_t kThunderboltMaxQpsPerDevice = 10;
+inline constexpr uint32_t kThunderboltMaxWorkRequests = 4095;  // per QP
+inline constexpr size_t kThunderboltFrameBytes = 4096;
+// "thunderbolt" or "none".
+absl::string_view UcProfileName(UcProfile profile);
+
+enum class UcLinkKind : uint8_t { kUdp, kVerbs };
+
+// Work requests one UC QP of the verbs link posts for a channel window of
+// `window` frames: receives for twice the peer's window plus its
+// acknowledgements, sends for the window plus acknowledgements.
+constexpr uint32_t UcReceiveDepth(uint32_t window) { return 2 * window + 16; }
+constexpr uint32_t UcSendDepth(uint32_t window) { return window + 16; }
+
 struct UcOptions {
+  // The link a node listens on (a client follows each node's address).
+  UcLinkKind link = UcLinkKind::kUdp;
+  // kVerbs: the devices, GID, self_name (the node's address is
+  // "uc://" + self_name) and device matrix, as for the verbs backend.
+  // Clients use it for every uc://NAME node.
+  VerbsOptions verbs;
+  // kThunderbolt: at most kThunderboltMaxQpsPerDevice UC QPs per device
+  // (more peers than that are refused, naming the limit), at most
+  // kThunderboltMaxWorkRequests per QP, frames of exactly
+  // kThunderboltFrameBytes, and link-local IPv6 GIDs accepted where no IPv4
+  // one exists.
+  UcProfile profile = UcProfile::kNone;
   // Every frame's size (a receive must cover a send: Apple's 4 KiB page).
   size_t frame_bytes = 4096;
   // Frames in flight per channel; with UDP, what the socket buffer holds.

@@ -1,5 +1,5 @@
 // UcEndpoint: work requests become tcp-format requests on a UcChannel over
-// a connected UDP socket; responses come back in order and complete them.
+// a link (UDP or a UC QP); responses come back in order and complete them.
 #include "rdma/uc_endpoint.h"
 
 #include <poll.h>
@@ -21,6 +21,10 @@ namespace {
 // Waiting in poll() is cut into slices of at most this, so that a channel
 // deadline (a retransmission) is never missed by much.
 constexpr absl::Duration kMaxWaitSlice = absl::Milliseconds(50);
+// Frames taken from the link per Drain before the channel is pumped.
+constexpr int kMaxFramesPerDrain = 1024;
+// How long a closing endpoint waits for its goodbye to leave.
+constexpr absl::Duration kByeFlush = absl::Milliseconds(20);
 
 absl::Span<const uint8_t> Bytes(const void* p, size_t n) {
   return {static_cast<const uint8_t*>(p), n};
@@ -28,35 +32,21 @@ absl::Span<const uint8_t> Bytes(const void* p, size_t n) {
 
 }  // namespace
 
-UcEndpoint::UcEndpoint(UniqueFd fd, std::string address,
-                       const UcOptions& options)
-    : fd_(std::move(fd)),
-      address_(std::move(address)),
-      sender_(fd_.get(), options.faults),
-      rx_(options.frame_bytes + 1) {}
+UcEndpoint::UcEndpoint(std::unique_ptr<UcLink> link, std::string address)
+    : link_(std::move(link)), address_(std::move(address)) {}
 
-absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Connect(
-    absl::string_view address, const UcOptions& options) {
-  MESHPOOL_ASSIGN_OR_RETURN(HostPort peer, ParseHostPort(address, "uc://"));
-  if (peer.port == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "malformed address '", address, "' (port 0); use uc://host:port"));
-  }
-  absl::StatusOr<UniqueFd> fd = ConnectUdp(peer);
-  if (!fd.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the uc responder at ", address, ": ",
-                     fd.status().message()));
-  }
+absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
+    std::unique_ptr<UcLink> link, std::string address,
+    const UcOptions& options) {
   std::unique_ptr<UcEndpoint> ep(
-      new UcEndpoint(*std::move(fd), std::string(address), options));
+      new UcEndpoint(std::move(link), std::move(address)));
   absl::BitGen gen;
-  UcEndpoint* raw = ep.get();
+  UcLink* raw = ep->link_.get();
   MESHPOOL_ASSIGN_OR_RETURN(
       UcChannel channel,
       UcChannel::Create(
           ChannelOptions(options, absl::Uniform<uint64_t>(gen)),
-          [raw](absl::Span<const uint8_t> f) { return raw->sender_.Send(f); }));
+          [raw](absl::Span<const uint8_t> f) { return raw->Send(f); }));
   ep->channel_.emplace(std::move(channel));
   const uint32_t hello = kUcHello;
   const absl::Span<const uint8_t> part = Bytes(&hello, sizeof(hello));
@@ -69,8 +59,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Connect(
       if (!pumped.ok()) ep->Break(pumped);
     }
     if (!ep->broken_.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "no uc responder answers at ", address, ": ", ep->broken_.message()));
+      return absl::UnavailableError(absl::StrCat("no uc responder answers at ",
+                                                 ep->address_, ": ",
+                                                 ep->broken_.message()));
     }
     if (std::optional<std::vector<uint8_t>> m = ep->channel_->Receive()) {
       uint32_t magic = 0;
@@ -78,13 +69,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Connect(
         std::memcpy(&magic, m->data(), sizeof(magic));
       if (magic != kUcHello) {
         return absl::UnavailableError(absl::StrCat(
-            "the peer at ", address, " is not a meshpool uc responder"));
+            "the peer at ", ep->address_, " is not a meshpool uc responder"));
       }
       return std::unique_ptr<Endpoint>(std::move(ep));
     }
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(
-          absl::StrCat("no uc responder answered at ", address, " within ",
+          absl::StrCat("no uc responder answered at ", ep->address_, " within ",
                        absl::FormatDuration(options.connect_timeout),
                        "; is the node running?"));
     }
@@ -96,7 +87,9 @@ UcEndpoint::~UcEndpoint() {
   if (!channel_.has_value() || !broken_.ok()) return;
   const uint32_t bye = kUcBye;
   const absl::Span<const uint8_t> part = Bytes(&bye, sizeof(bye));
-  if (channel_->Send({&part, 1}).ok()) (void)channel_->Pump(absl::Now());
+  if (channel_->Send({&part, 1}).ok() && channel_->Pump(absl::Now()).ok()) {
+    link_->Flush(kByeFlush);
+  }
 }
 
 void UcEndpoint::Break(absl::Status why) {
@@ -117,21 +110,13 @@ void UcEndpoint::Break(absl::Status why) {
 }
 
 void UcEndpoint::Drain() {
-  while (broken_.ok()) {
-    const ssize_t n = ::recv(fd_.get(), rx_.data(), rx_.size(), MSG_TRUNC);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ECONNREFUSED) {
-        Break(absl::UnavailableError(
-            "the node's port is closed (it died or stopped)"));
-      }
-      return;  // EAGAIN: nothing more now
-    }
-    if (static_cast<size_t>(n) >= rx_.size())
-      continue;  // over a frame: not ours
-    channel_->OnFrame(absl::MakeConstSpan(rx_.data(), static_cast<size_t>(n)),
-                      absl::Now());
-  }
+  if (!broken_.ok()) return;
+  absl::Status received = link_->Receive(
+      [this](absl::Span<const uint8_t> frame) {
+        channel_->OnFrame(frame, absl::Now());
+      },
+      kMaxFramesPerDrain);
+  if (!received.ok()) Break(received);
 }
 
 void UcEndpoint::TakeResponse(const std::vector<uint8_t>& message) {
@@ -202,9 +187,10 @@ void UcEndpoint::Wait(absl::Time until) {
   absl::Time wake = std::min(until, channel_->NextDeadline());
   wake = std::min(wake, now + kMaxWaitSlice);
   // ppoll: a deadline under a millisecond away must not turn into a spin.
+  if (!link_->PrepareWait()) return;  // frames arrived meanwhile
   const timespec ts =
       absl::ToTimespec(std::max(wake - now, absl::ZeroDuration()));
-  pollfd p{fd_.get(), POLLIN, 0};
+  pollfd p{link_->wait_fd(), POLLIN, 0};
   ::ppoll(&p, 1, &ts, nullptr);
 }
 

@@ -1,5 +1,5 @@
 // meshpool/rdma internal: the uc backend's client side. One UcEndpoint is one
-// channel (its own UDP socket and session) to a node's responder; requests
+// channel (its own link and session) to a node's responder; requests
 // are pipelined on it, split into chunks of at most kUcChunkBytes. Not
 // thread-safe (an Endpoint is used by one thread at a time); the channel
 // makes progress only inside Post and Poll.
@@ -16,23 +16,23 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/rdma.h"
-#include "rdma/socket.h"
 #include "rdma/uc.h"
 #include "rdma/uc_channel.h"
+#include "rdma/uc_link.h"
 #include "rdma/uc_wire.h"
 
 namespace meshpool::rdma::internal {
 
 class UcEndpoint : public Endpoint {
  public:
-  // Connects to "uc://host:port" and exchanges hellos with the responder.
-  // InvalidArgument for a malformed address; Unavailable when no responder
-  // answers within options.connect_timeout.
-  static absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
-      absl::string_view address, const UcOptions& options);
+  // Opens a channel on `link` (a UDP socket or a UC QP connected to the
+  // node at `address`) and exchanges hellos with the responder.
+  // Unavailable when no responder answers within options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Endpoint>> Open(
+      std::unique_ptr<UcLink> link, std::string address,
+      const UcOptions& options);
   ~UcEndpoint() override;  // says goodbye (best effort)
 
   // See rdma.h. Copies each WRITE's payload into the channel.
@@ -54,27 +54,25 @@ class UcEndpoint : public Endpoint {
     uint32_t length;
     bool last;  // of its work request: completes it
   };
-  UcEndpoint(UniqueFd fd, std::string address, const UcOptions& options);
+  UcEndpoint(std::unique_ptr<UcLink> link, std::string address);
 
   // Receives what the socket holds, lets the channel send, and turns
   // delivered responses into completions.
   void Progress();
-  // Feeds the channel every frame the socket holds.
+  // Feeds the channel every frame the link holds.
   void Drain();
   void TakeResponse(const std::vector<uint8_t>& message);
   void Break(absl::Status why);
-  // Waits until the socket is readable or `until`.
+  // Waits until the link may have frames, or `until`.
   void Wait(absl::Time until);
 
-  UniqueFd fd_;
+  std::unique_ptr<UcLink> link_;
   const std::string address_;
-  UdpFrameSender sender_;
-  std::optional<UcChannel> channel_;  // built after sender_ (its sink)
+  std::optional<UcChannel> channel_;  // built after link_ (its sink)
   absl::Status broken_;               // OK while healthy
   std::deque<Chunk> chunks_;          // sent, in order, not yet answered
   size_t outstanding_ = 0;            // work requests not yet completed
   std::deque<Completion> ready_;
-  std::vector<uint8_t> rx_;  // receive buffer: one frame and a byte
 };
 
 }  // namespace meshpool::rdma::internal

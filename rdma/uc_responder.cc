@@ -1,9 +1,11 @@
-// UcResponder: one thread, one UDP socket, a UcChannel per client session.
+// UcResponder: one thread, one UDP socket and any number of links, a
+// UcChannel per client session.
 //
 // A frame's session id (header bytes 8..15) picks its session. A frame for
 // an unknown session opens one only if the channel takes it as valid (its
 // checksum holds) and there is room; a session stays bound to the address
-// that opened it, so frames naming it from elsewhere are dropped.
+// or link that opened it, so frames naming it from elsewhere are dropped.
+// A link carries one session: a second session id on it is dropped.
 //
 // Requests run in the order their channel delivers them, each checked
 // before it touches memory. A READ's bytes are copied into the channel when
@@ -35,8 +37,8 @@ absl::Span<const uint8_t> Bytes(const void* p, size_t n) {
 }
 
 bool SameAddress(const sockaddr_storage& a, socklen_t a_len,
-                 const sockaddr_storage& b, socklen_t b_len) {
-  return a_len == b_len && std::memcmp(&a, &b, a_len) == 0;
+                 const sockaddr_storage* b, socklen_t b_len) {
+  return b != nullptr && a_len == b_len && std::memcmp(&a, b, a_len) == 0;
 }
 
 }  // namespace
@@ -56,6 +58,15 @@ absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::Create(
                       options, std::move(registry)));
 }
 
+absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::CreateForLinks(
+    std::string address, const UcOptions& options,
+    std::shared_ptr<const RegionRegistry> registry) {
+  MESHPOOL_ASSIGN_OR_RETURN(WakePipe wake, WakePipe::Create());
+  return std::unique_ptr<UcResponder>(
+      new UcResponder(UniqueFd(), std::move(wake), std::move(address), options,
+                      std::move(registry)));
+}
+
 UcResponder::UcResponder(UniqueFd fd, WakePipe wake, std::string address,
                          const UcOptions& options,
                          std::shared_ptr<const RegionRegistry> registry)
@@ -69,6 +80,14 @@ UcResponder::UcResponder(UniqueFd fd, WakePipe wake, std::string address,
   thread_ = std::thread([this] { Loop(); });
 }
 
+void UcResponder::AddLink(std::unique_ptr<UcLink> link) {
+  {
+    absl::MutexLock lock(&mu_);
+    added_.push_back(std::move(link));
+  }
+  wake_.Wake();
+}
+
 UcResponder::~UcResponder() {
   {
     absl::MutexLock lock(&mu_);
@@ -80,69 +99,118 @@ UcResponder::~UcResponder() {
 
 void UcResponder::Loop() {
   while (true) {
+    const absl::Time now = absl::Now();
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
+      for (std::unique_ptr<UcLink>& link : added_) {
+        UcLink* raw = link.get();
+        links_[raw] = LinkEntry{std::move(link), now};
+      }
+      added_.clear();
     }
-    const absl::Time now = absl::Now();
     Drain(now);
     const absl::Time next = std::min(PumpAll(now), now + kMaxWaitSlice);
-    // ppoll: a deadline under a millisecond away must not turn into a spin.
-    const timespec ts =
-        absl::ToTimespec(std::max(next - absl::Now(), absl::ZeroDuration()));
-    pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}};
-    ::ppoll(fds, 2, &ts, nullptr);
+    DropLinks(now);
+    Wait(next);
   }
 }
 
+void UcResponder::Wait(absl::Time until) {
+  wake_.Drain();
+  poll_fds_.clear();
+  poll_fds_.push_back({wake_.read_end.get(), POLLIN, 0});
+  if (fd_.valid()) poll_fds_.push_back({fd_.get(), POLLIN, 0});
+  absl::Duration left = std::max(until - absl::Now(), absl::ZeroDuration());
+  for (auto& [raw, entry] : links_) {
+    if (entry.broken) continue;
+    // False: frames arrived since the drain; take them before sleeping.
+    if (!raw->PrepareWait()) left = absl::ZeroDuration();
+    poll_fds_.push_back({raw->wait_fd(), POLLIN, 0});
+  }
+  // ppoll: a deadline under a millisecond away must not turn into a spin.
+  const timespec ts = absl::ToTimespec(left);
+  ::ppoll(poll_fds_.data(), poll_fds_.size(), &ts, nullptr);
+}
+
 void UcResponder::Drain(absl::Time now) {
-  for (int i = 0; i < kMaxDrainPerRound; ++i) {
+  for (int i = 0; fd_.valid() && i < kMaxDrainPerRound; ++i) {
     sockaddr_storage from{};
     socklen_t from_len = sizeof(from);
     const ssize_t n = ::recvfrom(fd_.get(), rx_.data(), rx_.size(), MSG_TRUNC,
                                  reinterpret_cast<sockaddr*>(&from), &from_len);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return;  // EAGAIN, or an ICMP error for some earlier peer: nothing now
+      break;  // EAGAIN, or an ICMP error for some earlier peer: nothing now
     }
     if (static_cast<size_t>(n) >= rx_.size()) continue;  // over a frame
-    OnDatagram(absl::MakeConstSpan(rx_.data(), static_cast<size_t>(n)), from,
-               from_len, now);
+    OnFrame(absl::MakeConstSpan(rx_.data(), static_cast<size_t>(n)),
+            From{nullptr, &from, from_len}, now);
   }
+  for (auto& [raw, entry] : links_) DrainLink(entry, now);
 }
 
-void UcResponder::OnDatagram(absl::Span<const uint8_t> frame,
-                             const sockaddr_storage& from, socklen_t from_len,
-                             absl::Time now) {
+void UcResponder::DrainLink(LinkEntry& entry, absl::Time now) {
+  if (entry.broken) return;
+  UcLink* link = entry.link.get();
+  absl::Status received = link->Receive(
+      [&](absl::Span<const uint8_t> frame) { OnFrame(frame, From{link}, now); },
+      kMaxDrainPerRound);
+  if (!received.ok()) entry.broken = true;  // its session ends in PumpAll
+}
+
+void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
+                          absl::Time now) {
   if (frame.size() < kUcFrameHeaderBytes) return;
   uint64_t id;
   std::memcpy(&id, frame.data() + kSessionOffset, sizeof(id));
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     if (sessions_.size() >= kMaxUcSessions) return;
+    LinkEntry* entry = nullptr;
+    if (from.link != nullptr) {
+      entry = &links_.at(from.link);
+      if (entry->has_session) return;  // one session per link
+    }
     Session& s = sessions_[id];
-    s.peer = from;
-    s.peer_len = from_len;
+    s.link = from.link;
+    if (from.addr != nullptr) s.peer = *from.addr;
+    s.peer_len = from.addr_len;
     s.last_frame = now;
-    absl::StatusOr<UcChannel> channel = UcChannel::Create(
-        ChannelOptions(options_, id),
-        [this, p = &s](absl::Span<const uint8_t> f) {
-          sender_.Send(f, reinterpret_cast<const sockaddr*>(&p->peer),
-                       p->peer_len);
-          return true;  // one peer gone must not fail the socket
-        });
+    UcChannel::Options channel_options = ChannelOptions(options_, id);
+    absl::StatusOr<UcChannel> channel =
+        from.link != nullptr
+            ? UcChannel::Create(
+                  channel_options,
+                  [link = from.link](absl::Span<const uint8_t> f) {
+                    return link->Send(f);
+                  })
+            : UcChannel::Create(
+                  channel_options, [this, p = &s](absl::Span<const uint8_t> f) {
+                    // One peer gone must not fail the socket: true.
+                    sender_.Send(f, reinterpret_cast<const sockaddr*>(&p->peer),
+                                 p->peer_len);
+                    return true;
+                  });
     if (!channel.ok()) {
       sessions_.erase(id);
       return;
     }
     s.channel.emplace(*std::move(channel));
     s.channel->OnFrame(frame, now);
-    if (s.channel->stats().frames_dropped > 0)
+    if (s.channel->stats().frames_dropped > 0) {
       sessions_.erase(id);  // not a frame of ours
+      return;
+    }
+    if (entry != nullptr) entry->has_session = true;
     return;
   }
   Session& s = it->second;
-  if (!SameAddress(s.peer, s.peer_len, from, from_len)) return;
+  if (s.link != from.link) return;
+  if (s.link == nullptr &&
+      !SameAddress(s.peer, s.peer_len, from.addr, from.addr_len)) {
+    return;
+  }
   s.last_frame = now;
   s.channel->OnFrame(frame, now);
 }
@@ -211,10 +279,13 @@ absl::Time UcResponder::PumpAll(absl::Time now) {
       if (!m.has_value()) break;
       Handle(s, *m);
     }
+    if (s.link != nullptr && links_.at(s.link).broken) s.done = true;
     if (!s.done && !s.channel->Pump(now).ok()) s.done = true;  // a silent peer
     if (s.closing && s.channel->idle()) s.done = true;  // denial delivered
     if (s.channel->idle() && now - s.last_frame > kUcSessionIdle) s.done = true;
     if (s.done) {
+      // Its link (if any) goes too: one link, one client endpoint.
+      if (s.link != nullptr) links_.at(s.link).broken = true;
       it = sessions_.erase(it);
       continue;
     }
@@ -222,6 +293,20 @@ absl::Time UcResponder::PumpAll(absl::Time now) {
     ++it;
   }
   return next;
+}
+
+void UcResponder::DropLinks(absl::Time now) {
+  for (auto it = links_.begin(); it != links_.end();) {
+    LinkEntry& entry = it->second;
+    const bool unused =
+        !entry.has_session && now - entry.added > kUcLinkUnusedTimeout;
+    // A broken link's session was ended by PumpAll (which runs first).
+    if (entry.broken || unused) {
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace meshpool::rdma::internal

@@ -1,18 +1,23 @@
 // meshpool/rdma internal: the uc backend's node side. Serves one-sided
 // READ/WRITE/CAS/FAA on the memory of one RegionRegistry to every client
-// session that reaches its UDP socket, each over its own UcChannel.
+// session that reaches it, each over its own UcChannel: sessions on its UDP
+// socket (many clients, told apart by address and session id), and one
+// session on each link handed to it (a UC QP, one per client endpoint).
 //
-// One thread polls the socket, feeds each frame to its session's channel,
-// executes the requests the channels deliver (checked as the tcp responder
-// checks them: rdma/region_registry.h CheckRequest) and pumps the channels.
-// Sessions end on a goodbye, a malformed request (at once, unanswered), a
-// refused one (once its denial is acknowledged), a silent peer (the
-// channel's liveness) or kUcSessionIdle without a frame; at most
-// kMaxUcSessions live at once. Thread-safe: the only public operations are
-// Create, address() and destruction (which joins the thread).
+// One thread polls the socket and the links, feeds each frame to its
+// session's channel, executes the requests the channels deliver (checked
+// as the tcp responder checks them: rdma/region_registry.h CheckRequest)
+// and pumps the channels. Sessions end on a goodbye, a malformed request
+// (at once, unanswered), a refused one (once its denial is acknowledged), a
+// silent peer (the channel's liveness), a broken link, or kUcSessionIdle
+// without a frame; at most kMaxUcSessions live at once. A link's session
+// ending destroys the link; a link no session opens within
+// kUcLinkUnusedTimeout is destroyed too. Thread-safe: the public operations
+// are Create, AddLink, address() and destruction (which joins the thread).
 #ifndef MESHPOOL_RDMA_UC_RESPONDER_H_
 #define MESHPOOL_RDMA_UC_RESPONDER_H_
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -32,12 +37,14 @@
 #include "rdma/socket.h"
 #include "rdma/uc.h"
 #include "rdma/uc_channel.h"
+#include "rdma/uc_link.h"
 #include "rdma/uc_wire.h"
 
 namespace meshpool::rdma::internal {
 
 inline constexpr size_t kMaxUcSessions = 1024;
 inline constexpr absl::Duration kUcSessionIdle = absl::Seconds(60);
+inline constexpr absl::Duration kUcLinkUnusedTimeout = absl::Seconds(10);
 
 class UcResponder {
  public:
@@ -47,15 +54,31 @@ class UcResponder {
   static absl::StatusOr<std::unique_ptr<UcResponder>> Create(
       absl::string_view bind, const UcOptions& options,
       std::shared_ptr<const RegionRegistry> registry);
+  // A responder without a socket, serving only the links AddLink hands it;
+  // `address` is what address() reports ("uc://NAME").
+  static absl::StatusOr<std::unique_ptr<UcResponder>> CreateForLinks(
+      std::string address, const UcOptions& options,
+      std::shared_ptr<const RegionRegistry> registry);
   UcResponder(const UcResponder&) = delete;
   UcResponder& operator=(const UcResponder&) = delete;
   ~UcResponder();
 
-  // "uc://host:port" with the port actually bound.
+  // "uc://host:port" with the port actually bound, or "uc://NAME".
   const std::string& address() const { return address_; }
 
+  // Serves the next session that opens on `link` (connected to one client
+  // endpoint). Takes effect at the loop's next turn.
+  void AddLink(std::unique_ptr<UcLink> link);
+
  private:
+  // Where a frame came from: a link, or the socket and an address.
+  struct From {
+    UcLink* link = nullptr;
+    const sockaddr_storage* addr = nullptr;
+    socklen_t addr_len = 0;
+  };
   struct Session {
+    UcLink* link = nullptr;  // null: on the socket, at `peer`
     sockaddr_storage peer;
     socklen_t peer_len;
     std::optional<UcChannel> channel;
@@ -66,27 +89,42 @@ class UcResponder {
   UcResponder(UniqueFd fd, WakePipe wake, std::string address,
               const UcOptions& options,
               std::shared_ptr<const RegionRegistry> registry);
+  struct LinkEntry {
+    std::unique_ptr<UcLink> link;
+    absl::Time added;
+    bool has_session = false;
+    bool broken = false;
+  };
   void Loop();
-  // Takes every datagram the socket holds.
+  // Takes every datagram the socket holds and every frame the links hold.
   void Drain(absl::Time now);
-  void OnDatagram(absl::Span<const uint8_t> frame, const sockaddr_storage& from,
-                  socklen_t from_len, absl::Time now);
+  void DrainLink(LinkEntry& entry, absl::Time now);
+  void OnFrame(absl::Span<const uint8_t> frame, const From& from,
+               absl::Time now);
+  // Sleeps until a frame may have arrived, a wake-up, or `until`.
+  void Wait(absl::Time until);
   // Executes one message of `s` and queues its response.
   void Handle(Session& s, const std::vector<uint8_t>& message);
-  // Runs every session's channel; drops the sessions that ended.
+  // Runs every session's channel; drops the sessions that ended, and the
+  // links that broke, lost their session or were never used.
   absl::Time PumpAll(absl::Time now);
+  void DropLinks(absl::Time now);
 
   const UcOptions options_;
   const std::shared_ptr<const RegionRegistry> registry_;
   const std::string address_;
-  UniqueFd fd_;
+  UniqueFd fd_;  // invalid: links only
   WakePipe wake_;
   UdpFrameSender sender_;
-  // Only the loop thread touches the sessions and the buffer.
+  // Only the loop thread touches these. links_ before sessions_: a
+  // session's channel sends through its link.
+  std::map<UcLink*, LinkEntry> links_;
   std::map<uint64_t, Session> sessions_;
   std::vector<uint8_t> rx_;
+  std::vector<pollfd> poll_fds_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<UcLink>> added_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: started once everything above exists
 };
 

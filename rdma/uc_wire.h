@@ -1,4 +1,4 @@
-// meshpool/rdma internal: the uc backend's messages and its UDP link.
+// meshpool/rdma internal: the uc backend's messages.
 //
 // Messages on a UcChannel: a client opens with kUcHello (4 bytes) and the
 // node answers the same; then each request is a tcp RequestHeader (a WRITE's
@@ -9,13 +9,8 @@
 #ifndef MESHPOOL_RDMA_UC_WIRE_H_
 #define MESHPOOL_RDMA_UC_WIRE_H_
 
-#include <sys/socket.h>
-
 #include <cstdint>
-#include <random>
-#include <vector>
 
-#include "absl/types/span.h"
 #include "rdma/uc.h"
 #include "rdma/uc_channel.h"
 
@@ -25,26 +20,6 @@ inline constexpr uint32_t kUcHello = 0x4948504d;  // "MPHI"
 inline constexpr uint32_t kUcBye = 0x5942504d;    // "MPBY"
 // A channel's largest message: a chunk and its header.
 inline constexpr size_t kUcMaxMessageBytes = kUcChunkBytes + 64;
-
-// Sends frames on a UDP socket (connected, or to `to`), applying the
-// injected faults. Not thread-safe.
-class UdpFrameSender {
- public:
-  UdpFrameSender(int fd, const UcLinkFaults& faults)
-      : fd_(fd), faults_(faults), rng_(faults.seed) {}
-  // False when the socket reports the peer gone (ECONNREFUSED); a full
-  // buffer drops the frame, as a UC link would.
-  bool Send(absl::Span<const uint8_t> frame, const sockaddr* to = nullptr,
-            socklen_t to_len = 0);
-
- private:
-  bool SendOnce(absl::Span<const uint8_t> frame, const sockaddr* to,
-                socklen_t to_len);
-  int fd_;
-  UcLinkFaults faults_;
-  std::mt19937_64 rng_;
-  std::vector<uint8_t> corrupted_;
-};
 
 // UcChannel options from the transport's.
 UcChannel::Options ChannelOptions(const UcOptions& options, uint64_t session);

@@ -1,7 +1,7 @@
 // ListRdmaDevices: what `meshpool doctor` reports about this host's RDMA
 // devices. Every device is opened briefly; max_inline_data is probed by
 // creating a throwaway RC QP, asking for less inline data until the device
-// accepts.
+// accepts, and UC support by creating a throwaway UC QP.
 #include <net/if.h>
 
 #include <algorithm>
@@ -61,6 +61,17 @@ int ProbeMaxInline(ibv_context* context, int max_qp_wr) {
   return 0;
 }
 
+// Whether a UC QP can be created on `context`.
+bool ProbeUc(ibv_context* context, int max_qp_wr) {
+  absl::StatusOr<ProtectionDomain> pd = ProtectionDomain::Create(context);
+  if (!pd.ok()) return false;
+  absl::StatusOr<CompletionQueue> cq =
+      CompletionQueue::Create(context, 4, nullptr);
+  if (!cq.ok()) return false;
+  const uint32_t depth = max_qp_wr > 0 ? std::min(max_qp_wr, 16) : 1;
+  return QueuePair::CreateUc(pd->get(), cq->get(), depth, depth).ok();
+}
+
 std::vector<RdmaGidInfo> ListGids(ibv_context* context, uint8_t port,
                                   int table_len) {
   std::vector<RdmaGidInfo> gids;
@@ -93,6 +104,7 @@ absl::StatusOr<RdmaDeviceInfo> Describe(ibv_device* device) {
   info.max_qp_wr = attr.max_qp_wr;
   info.atomics = attr.atomic_cap != IBV_ATOMIC_NONE;
   info.max_inline_data = ProbeMaxInline(context.get(), attr.max_qp_wr);
+  info.uc_queue_pairs = ProbeUc(context.get(), attr.max_qp_wr);
   for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
     MESHPOOL_ASSIGN_OR_RETURN(ibv_port_attr pa,
                               internal::QueryPort(context.get(), port));

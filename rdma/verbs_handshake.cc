@@ -166,6 +166,22 @@ absl::Status ReadRegion(Reader& r, size_t* chunks_left, HandshakeRegion* out) {
 
 }  // namespace
 
+absl::Status ValidatePeerName(absl::string_view name, absl::string_view what) {
+  if (name.empty() || name.size() > kMaxPeerNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be 1..", kMaxPeerNameBytes, " bytes, got '", name, "'"));
+  }
+  for (char c : name) {
+    if (c <= ' ' || c > '~' || c == '/' || c == ':') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", name,
+                       "' may hold printable characters other than "
+                       "space, '/' and ':' only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string EncodeHandshakeRequest(const HandshakeRequest& request) {
   Writer w;
   w.U32(kHandshakeRequestMagic);

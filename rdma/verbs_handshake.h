@@ -89,6 +89,11 @@ struct HandshakeReply {
   bool operator==(const HandshakeReply&) const = default;
 };
 
+// OK when `name` may be a peer's name in a handshake and an address
+// ("verbs://NAME", "uc://NAME"): 1..kMaxPeerNameBytes printable characters
+// other than space, '/' and ':'. InvalidArgument naming `what` otherwise.
+absl::Status ValidatePeerName(absl::string_view name, absl::string_view what);
+
 // Encoders never fail. REQUIRES: the value would decode (name length,
 // region and chunk counts within the limits above).
 std::string EncodeHandshakeRequest(const HandshakeRequest& request);

@@ -178,6 +178,63 @@ absl::Status QueuePair::ConnectRc(const RcConnectParams& p) {
   return VerbsStatus(ret, "ibv_modify_qp(RTS)");
 }
 
+absl::StatusOr<QueuePair> QueuePair::CreateUc(ibv_pd* pd, ibv_cq* cq,
+                                              uint32_t send_wr,
+                                              uint32_t recv_wr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UC;
+  init.sq_sig_all = 1;
+  init.cap.max_send_wr = send_wr;
+  init.cap.max_recv_wr = recv_wr;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (qp == nullptr) {
+    return VerbsStatus(-1, absl::StrCat("ibv_create_qp(UC, ", send_wr,
+                                        " send WRs, ", recv_wr, " receives)"));
+  }
+  return QueuePair(qp, Caps{init.cap.max_send_wr, 0});
+}
+
+absl::Status QueuePair::InitUc(uint8_t port) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.pkey_index = 0;
+  attr.port_num = port;
+  attr.qp_access_flags = 0;  // SEND/RECV only: no remote access at all
+  return VerbsStatus(ibv_modify_qp(get(), &attr,
+                                   IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                                       IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+                     "ibv_modify_qp(UC INIT)");
+}
+
+absl::Status QueuePair::ConnectUc(const RcConnectParams& p) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = p.path_mtu;
+  attr.dest_qp_num = p.remote.qpn;
+  attr.rq_psn = p.remote.psn;
+  attr.ah_attr.port_num = p.port;
+  attr.ah_attr.dlid = p.remote.lid;
+  if (p.use_grh) {
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.grh.dgid = p.remote.gid;
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(p.gid_index);
+    attr.ah_attr.grh.hop_limit = 64;
+  }
+  int ret = ibv_modify_qp(get(), &attr,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                              IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+  MESHPOOL_RETURN_IF_ERROR(VerbsStatus(ret, "ibv_modify_qp(UC RTR)"));
+  attr = {};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = p.local_psn;
+  ret = ibv_modify_qp(get(), &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  return VerbsStatus(ret, "ibv_modify_qp(UC RTS)");
+}
+
 absl::Status QueuePair::ToError() {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
@@ -231,7 +288,8 @@ absl::StatusOr<ibv_gid_entry> QueryGidEntry(ibv_context* context, uint8_t port,
 
 absl::StatusOr<int> ChooseGidIndex(ibv_context* context, uint8_t port,
                                    const ibv_port_attr& port_attr,
-                                   int requested, absl::string_view device) {
+                                   int requested, absl::string_view device,
+                                   bool link_local_ok) {
   if (requested >= 0) {
     absl::StatusOr<ibv_gid_entry> entry =
         QueryGidEntry(context, port, requested);
@@ -247,6 +305,13 @@ absl::StatusOr<int> ChooseGidIndex(ibv_context* context, uint8_t port,
     absl::StatusOr<ibv_gid_entry> entry = QueryGidEntry(context, port, i);
     if (entry.ok() && entry->gid_type == IBV_GID_TYPE_ROCE_V2 &&
         IsIpv4MappedGid(entry->gid)) {
+      return i;
+    }
+  }
+  for (int i = 0; link_local_ok && i < port_attr.gid_tbl_len; ++i) {
+    absl::StatusOr<ibv_gid_entry> entry = QueryGidEntry(context, port, i);
+    if (entry.ok() && entry->gid_type == IBV_GID_TYPE_ROCE_V2 &&
+        !IsEmptyGid(entry->gid)) {
       return i;
     }
   }
@@ -329,7 +394,7 @@ absl::string_view LinkLayerName(uint8_t link_layer) {
 
 // ---- VerbsDevice -----------------------------------------------------------
 absl::StatusOr<std::shared_ptr<const VerbsDevice>> VerbsDevice::Open(
-    ibv_device* device, uint8_t port, int gid_index) {
+    ibv_device* device, uint8_t port, int gid_index, bool link_local_ok) {
   auto d = std::make_shared<VerbsDevice>();
   d->name = ibv_get_device_name(device);
   d->port = port;
@@ -348,9 +413,9 @@ absl::StatusOr<std::shared_ptr<const VerbsDevice>> VerbsDevice::Open(
         PortStateName(d->port_attr.state),
         ", not ACTIVE; bring its link up (see `meshpool doctor`)"));
   }
-  MESHPOOL_ASSIGN_OR_RETURN(
-      d->gid_index,
-      ChooseGidIndex(d->context.get(), port, d->port_attr, gid_index, d->name));
+  MESHPOOL_ASSIGN_OR_RETURN(d->gid_index,
+                            ChooseGidIndex(d->context.get(), port, d->port_attr,
+                                           gid_index, d->name, link_local_ok));
   MESHPOOL_ASSIGN_OR_RETURN(
       ibv_gid_entry entry, QueryGidEntry(d->context.get(), port, d->gid_index));
   d->gid = entry.gid;
@@ -360,6 +425,54 @@ absl::StatusOr<std::shared_ptr<const VerbsDevice>> VerbsDevice::Open(
     d->mr_access |= IBV_ACCESS_REMOTE_ATOMIC;
   }
   return std::shared_ptr<const VerbsDevice>(std::move(d));
+}
+
+absl::StatusOr<DeviceSet> DeviceSet::Open(const VerbsOptions& options,
+                                          bool link_local_ok) {
+  MESHPOOL_ASSIGN_OR_RETURN(DeviceList list, DeviceList::Create());
+  DeviceSet set;
+  auto open = [&](absl::string_view name) -> absl::StatusOr<size_t> {
+    for (size_t i = 0; i < set.devices.size(); ++i) {
+      if (set.devices[i]->name == name) return i;
+    }
+    ibv_device* device = list.Find(name);
+    if (device == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "RDMA device '", name, "' does not exist (this host has: ",
+          list.Names(), "); run `meshpool doctor`"));
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(
+        set.devices.emplace_back(),
+        VerbsDevice::Open(device, options.port, options.gid_index,
+                          link_local_ok));
+    return set.devices.size() - 1;
+  };
+  if (options.devices.empty()) {
+    std::string why;
+    for (ibv_device* device : list.devices()) {
+      absl::StatusOr<std::shared_ptr<const VerbsDevice>> opened =
+          VerbsDevice::Open(device, options.port, options.gid_index,
+                            link_local_ok);
+      if (opened.ok()) {
+        set.devices.push_back(*std::move(opened));
+      } else {
+        absl::StrAppend(&why, "; ", opened.status().message());
+      }
+    }
+    if (set.devices.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no RDMA device with an active port ", options.port,
+          " (devices: ", list.Names(), why, "); run `meshpool doctor`"));
+    }
+  } else {
+    for (const std::string& name : options.devices) {
+      MESHPOOL_RETURN_IF_ERROR(open(name).status());
+    }
+  }
+  for (const auto& [peer, device] : options.peer_devices) {
+    MESHPOOL_ASSIGN_OR_RETURN(set.peer_device[peer], open(device));
+  }
+  return set;
 }
 
 }  // namespace meshpool::rdma::internal

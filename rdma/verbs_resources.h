@@ -17,14 +17,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "rdma/verbs.h"
 
 namespace meshpool::rdma::internal {
 
@@ -190,6 +194,17 @@ class QueuePair : public VerbsOwner<ibv_qp, verbs_release::Qp> {
   // RESET -> INIT -> RTR -> RTS. Errors: ErrnoToStatus of the failing
   // ibv_modify_qp (InvalidArgument for attributes the device refuses).
   absl::Status ConnectRc(const RcConnectParams& params);
+
+  // A UC QP (SEND/RECV without acknowledgements: Apple's RDMA over
+  // Thunderbolt offers no other) with `send_wr` and `recv_wr` one-SGE
+  // work requests, every send completion signaled, both directions on `cq`.
+  static absl::StatusOr<QueuePair> CreateUc(ibv_pd* pd, ibv_cq* cq,
+                                            uint32_t send_wr, uint32_t recv_wr);
+  // RESET -> INIT (receives may be posted from then on).
+  absl::Status InitUc(uint8_t port);
+  // INIT -> RTR -> RTS towards `params.remote` (RcConnectParams' fields
+  // that UC has: port, gid_index, use_grh, path_mtu, local_psn, remote).
+  absl::Status ConnectUc(const RcConnectParams& params);
   // Moves the QP to the error state: outstanding requests are flushed.
   absl::Status ToError();
 
@@ -221,11 +236,14 @@ absl::StatusOr<ibv_gid_entry> QueryGidEntry(ibv_context* context, uint8_t port,
 
 // The GID index to use on `port`: `requested` when >= 0 (FailedPrecondition
 // if that entry is empty), else the first RoCE v2 GID that is IPv4-mapped,
-// else 0 on an InfiniBand port; FailedPrecondition on an Ethernet port that
-// has no RoCE v2 IPv4 GID (give its netdev an IPv4 address).
+// else (only when `link_local_ok`: a Thunderbolt link may have nothing
+// else) the first RoCE v2 GID at all, else 0 on an InfiniBand port;
+// FailedPrecondition on an Ethernet port that has no such GID (give its
+// netdev an IPv4 address).
 absl::StatusOr<int> ChooseGidIndex(ibv_context* context, uint8_t port,
                                    const ibv_port_attr& port_attr,
-                                   int requested, absl::string_view device);
+                                   int requested, absl::string_view device,
+                                   bool link_local_ok = false);
 
 bool IsIpv4MappedGid(const ibv_gid& gid);
 bool IsEmptyGid(const ibv_gid& gid);
@@ -244,7 +262,8 @@ struct VerbsDevice {
   // Opens `device`, allocates a PD, checks `port` is ACTIVE
   // (FailedPrecondition otherwise) and picks the GID (ChooseGidIndex).
   static absl::StatusOr<std::shared_ptr<const VerbsDevice>> Open(
-      ibv_device* device, uint8_t port, int gid_index);
+      ibv_device* device, uint8_t port, int gid_index,
+      bool link_local_ok = false);
 
   std::string name;
   // Declared before pd: destroyed after it.
@@ -262,6 +281,23 @@ struct VerbsDevice {
   bool ethernet() const {
     return port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
   }
+};
+
+// The devices a transport opened (VerbsOptions.devices, or every active
+// one) and which of them reaches which peer (VerbsOptions.peer_devices).
+struct DeviceSet {
+  // NotFound for a device that does not exist or, with none named, when no
+  // device has an active port; FailedPrecondition as VerbsDevice::Open.
+  static absl::StatusOr<DeviceSet> Open(const VerbsOptions& options,
+                                        bool link_local_ok = false);
+  // The index of the device that reaches `peer` (the first by default).
+  size_t For(absl::string_view peer) const {
+    auto it = peer_device.find(peer);
+    return it == peer_device.end() ? 0 : it->second;
+  }
+
+  std::vector<std::shared_ptr<const VerbsDevice>> devices;  // never empty
+  std::map<std::string, size_t, std::less<>> peer_device;
 };
 
 }  // namespace meshpool::rdma::internal

@@ -56,24 +56,6 @@ constexpr int kNodeCqDepth = 16;  // node QPs post nothing; verbs wants a CQ
 
 using DevicePtr = std::shared_ptr<const VerbsDevice>;
 
-// A peer or host name as it appears in "verbs://NAME".
-absl::Status ValidateName(absl::string_view name, absl::string_view what) {
-  if (name.empty() || name.size() > internal::kMaxPeerNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be 1..",
-                                                   internal::kMaxPeerNameBytes,
-                                                   " bytes, got '", name, "'"));
-  }
-  for (char c : name) {
-    if (c <= ' ' || c > '~' || c == '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " '", name,
-                       "' may hold printable characters other than "
-                       "space and '/' only"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 uint8_t ClampRdAtomic(int value) {
   return static_cast<uint8_t>(std::clamp(value, 1, 255));
 }
@@ -317,7 +299,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> VerbsTransport::Connect(
         "verbs address '", peer_address, "' must look like verbs://NAME"));
   }
   const absl::string_view peer = peer_address.substr(kScheme.size());
-  MESHPOOL_RETURN_IF_ERROR(ValidateName(peer, "verbs peer name"));
+  MESHPOOL_RETURN_IF_ERROR(internal::ValidatePeerName(peer, "verbs peer name"));
   if (!handshake) {
     return absl::InvalidArgumentError(
         "verbs Connect needs a Handshake callback that carries the request "
@@ -354,14 +336,8 @@ absl::Status ValidateOptions(const VerbsOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "VerbsOptions.max_mr_bytes must be 0 or at least ", kPageBytes));
   }
-  return ValidateName(options.self_name, "VerbsOptions.self_name");
-}
-
-absl::Status UnknownDevice(absl::string_view name,
-                           const internal::DeviceList& list) {
-  return absl::NotFoundError(absl::StrCat(
-      "RDMA device '", name, "' does not exist (this host has: ", list.Names(),
-      "); run `meshpool doctor`"));
+  return internal::ValidatePeerName(options.self_name,
+                                    "VerbsOptions.self_name");
 }
 
 }  // namespace
@@ -376,54 +352,13 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateVerbsTransport(
     options.self_name = host;
   }
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
-  MESHPOOL_ASSIGN_OR_RETURN(internal::DeviceList list,
-                            internal::DeviceList::Create());
-  std::vector<DevicePtr> devices;
-  auto index_of = [&](absl::string_view name) -> size_t {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      if (devices[i]->name == name) return i;
-    }
-    return devices.size();
-  };
-  auto open = [&](absl::string_view name) -> absl::StatusOr<size_t> {
-    const size_t i = index_of(name);
-    if (i < devices.size()) return i;
-    ibv_device* device = list.Find(name);
-    if (device == nullptr) return UnknownDevice(name, list);
-    MESHPOOL_ASSIGN_OR_RETURN(
-        devices.emplace_back(),
-        VerbsDevice::Open(device, options.port, options.gid_index));
-    return devices.size() - 1;
-  };
-  if (options.devices.empty()) {
-    std::string why;
-    for (ibv_device* device : list.devices()) {
-      absl::StatusOr<DevicePtr> opened =
-          VerbsDevice::Open(device, options.port, options.gid_index);
-      if (opened.ok()) {
-        devices.push_back(*std::move(opened));
-      } else {
-        absl::StrAppend(&why, "; ", opened.status().message());
-      }
-    }
-    if (devices.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "no RDMA device with an active port ", options.port,
-          " (devices: ", list.Names(), why, "); run `meshpool doctor`"));
-    }
-  } else {
-    for (const std::string& name : options.devices) {
-      MESHPOOL_RETURN_IF_ERROR(open(name).status());
-    }
-  }
-  std::map<std::string, size_t, std::less<>> peer_device;
-  for (const auto& [peer, device] : options.peer_devices) {
-    MESHPOOL_ASSIGN_OR_RETURN(peer_device[peer], open(device));
-  }
+  MESHPOOL_ASSIGN_OR_RETURN(internal::DeviceSet set,
+                            internal::DeviceSet::Open(options));
   absl::BitGen gen;
   const uint32_t seed = absl::Uniform<uint32_t>(gen);
-  return std::unique_ptr<Transport>(new VerbsTransport(
-      std::move(options), std::move(devices), std::move(peer_device), seed));
+  return std::unique_ptr<Transport>(
+      new VerbsTransport(std::move(options), std::move(set.devices),
+                         std::move(set.peer_device), seed));
 }
 
 }  // namespace meshpool::rdma

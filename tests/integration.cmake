@@ -1,7 +1,8 @@
 # Multi-process tests: a coordinator and memory nodes as real `meshpool`
 # processes on 127.0.0.1, driven through the C++ API and the CLI. Built
-# once per transport: over TCP, shm, uc, and over verbs (label `verbs`: run in the Soft-RoCE VM;
-# elsewhere its tests skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
+# once per transport: over TCP, shm, uc (UDP), and over verbs and uc on UC
+# queue pairs (label `verbs`: run in the Soft-RoCE VM; elsewhere their tests
+# skip, or fail under MESHPOOL_REQUIRE_VERBS=1).
 set(MESHPOOL_INTEGRATION_SOURCES
   integration_test.cc integration_fault_test.cc integration_cli_test.cc
   integration_region_test.cc integration_weights_test.cc
@@ -41,3 +42,13 @@ meshpool_test(integration_verbs_test
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="verbs")
 add_dependencies(integration_verbs_test meshpool)
+# The same tests over uc on UC queue pairs under the thunderbolt profile
+# (what a Mac offers), label `verbs` as above.
+meshpool_test(integration_uc_verbs_test
+  SOURCES ${MESHPOOL_INTEGRATION_SOURCES}
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator
+  LABELS verbs
+  PREFIX ucverbs.
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+          MESHPOOL_TEST_TRANSPORT="uc_verbs")
+add_dependencies(integration_uc_verbs_test meshpool)

@@ -15,14 +15,15 @@
 
 namespace meshpool::testing {
 
-// The data transport the tests exercise: "tcp"; "uc"; "shm" (tcp nodes that
-// also serve same-host clients over shared memory, which this process then
-// uses); or "verbs" in the integration_verbs_test build, whose every test
-// needs an RDMA device. Only the shm build lets nodes serve shm: clients on
-// the same host would otherwise take it over tcp and verbs.
+// The data transport the tests exercise: "tcp"; "uc" (over UDP); "shm" (tcp
+// nodes that also serve same-host clients over shared memory, which this
+// process then uses); or, in builds whose every test needs an RDMA device,
+// "verbs" and "uc_verbs" (uc on UC queue pairs, thunderbolt profile). Only the
+// shm build lets nodes serve shm: clients on the same host would otherwise take
+// it over tcp and verbs.
 inline constexpr absl::string_view kTestTransport = MESHPOOL_TEST_TRANSPORT;
 inline const bool kVerbsEnvironmentAdded =
-    kTestTransport == "verbs" &&
+    (kTestTransport == "verbs" || kTestTransport == "uc_verbs") &&
     ::testing::AddGlobalTestEnvironment(new VerbsEnvironment) != nullptr;
 
 // `same_host_shm`: the nodes also serve this host over shared memory even
@@ -32,6 +33,10 @@ inline std::unique_ptr<tools::LocalCluster> StartCluster(
   options.binary = MESHPOOL_BINARY;
   if (kTestTransport == "shm") {
     options.node_args.insert(options.node_args.begin(), {"--transport", "tcp"});
+  } else if (kTestTransport == "uc_verbs") {
+    options.node_args.insert(options.node_args.begin(),
+                             {"--transport", "uc", "--profile", "thunderbolt"});
+    if (!same_host_shm) options.node_args.push_back("--no-shm");
   } else {
     options.node_args.insert(options.node_args.begin(),
                              {"--transport", std::string(kTestTransport)});

@@ -45,3 +45,9 @@ meshpool_test(rdma_verbs_test
   SOURCES rdma_verbs_test.cc
   LIBS meshpool_rdma
   LABELS verbs)
+# The uc backend over UC queue pairs under the thunderbolt profile, with
+# tc netem on the VM's veth link.
+meshpool_test(rdma_uc_verbs_test
+  SOURCES rdma_uc_verbs_test.cc
+  LIBS meshpool_rdma
+  LABELS verbs)

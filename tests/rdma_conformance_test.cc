@@ -266,6 +266,20 @@ class HandshakeRouter : public Transport {
   Route route_;
 };
 
+// The node's Handshake RPC: requests for `address` reach *node (until it
+// is killed); any other address has no node.
+HandshakeRouter::Route RouteTo(const std::unique_ptr<Transport>* node,
+                               std::string address) {
+  return [node, address = std::move(address)](
+             const std::string& to,
+             const std::string& request) -> absl::StatusOr<std::string> {
+    if (*node == nullptr || to != address) {
+      return absl::UnavailableError(absl::StrCat("no node answers at ", to));
+    }
+    return (*node)->AcceptHandshake(request);
+  };
+}
+
 // Node and client transports on one device (Soft-RoCE loops back).
 class VerbsBackend : public Backend {
  public:
@@ -283,17 +297,8 @@ class VerbsBackend : public Backend {
     EXPECT_TRUE(client.ok()) << client.status();
     if (!node.ok() || !client.ok()) return nullptr;
     b->node_ = *std::move(node);
-    VerbsBackend* raw = b.get();
     b->client_ = std::make_unique<HandshakeRouter>(
-        *std::move(client),
-        [raw](const std::string& address,
-              const std::string& request) -> absl::StatusOr<std::string> {
-          if (raw->node_ == nullptr || address != "verbs://node") {
-            return absl::UnavailableError(
-                absl::StrCat("no node answers at ", address));
-          }
-          return raw->node_->AcceptHandshake(request);
-        });
+        *std::move(client), RouteTo(&b->node_, "verbs://node"));
     return b;
   }
   std::string bind() const override { return "ignored"; }
@@ -309,6 +314,46 @@ class VerbsBackend : public Backend {
             ""};
   }
 };
+
+// The uc backend over UC queue pairs under the thunderbolt profile (what a
+// Mac offers), node and client on one device; `lossy` adds injected faults
+// on top of the real link.
+class UcVerbsBackend : public Backend {
+ public:
+  static std::unique_ptr<Backend> Create(uint64_t seed, bool lossy) {
+    const std::string device = ::meshpool::testing::VerbsTestDevice();
+    if (device.empty()) return nullptr;
+    auto b = std::make_unique<UcVerbsBackend>();
+    UcOptions options;
+    options.link = UcLinkKind::kVerbs;
+    options.profile = UcProfile::kThunderbolt;
+    options.verbs.devices = {device};
+    options.connect_timeout = absl::Seconds(2);
+    if (lossy) {
+      options.faults = {
+          .drop = 0.02, .duplicate = 0.02, .corrupt = 0.01, .seed = seed};
+    }
+    options.verbs.self_name = "node";
+    auto node = CreateUcTransport(options);
+    options.verbs.self_name = "client";
+    options.faults.seed = seed + 1;
+    auto client = CreateUcTransport(options);
+    EXPECT_TRUE(node.ok()) << node.status();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!node.ok() || !client.ok()) return nullptr;
+    b->node_ = *std::move(node);
+    b->client_ = std::make_unique<HandshakeRouter>(
+        *std::move(client), RouteTo(&b->node_, "uc://node"));
+    return b;
+  }
+  std::string bind() const override { return "ignored"; }
+  void KillNode() override { node_.reset(); }
+  std::string UnreachableAddress() override { return "uc://nobody"; }
+  std::vector<std::string> MalformedAddresses() const override {
+    return {"uc://",    "node",     "uc:/node", "tcp://127.0.0.1:7000",
+            "uc://a b", "uc://a/b", ""};
+  }
+};
 #endif  // MESHPOOL_CONFORMANCE_VERBS
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(uint64_t)>;
@@ -316,6 +361,10 @@ const std::map<std::string, BackendFactory>& Factories() {
   static const auto* factories = new std::map<std::string, BackendFactory>{
 #ifdef MESHPOOL_CONFORMANCE_VERBS
       {"verbs", &VerbsBackend::Create},
+      {"uc_verbs",
+       [](uint64_t seed) { return UcVerbsBackend::Create(seed, false); }},
+      {"uc_verbs_lossy",
+       [](uint64_t seed) { return UcVerbsBackend::Create(seed, true); }},
 #else
       {"tcp", &TcpBackend::Create},
       {"sim", &SimBackend::Create},
@@ -335,7 +384,9 @@ std::vector<std::string> BackendNames() {
 class TransportConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "verbs") MESHPOOL_SKIP_WITHOUT_VERBS();
+#ifdef MESHPOOL_CONFORMANCE_VERBS
+    MESHPOOL_SKIP_WITHOUT_VERBS();
+#endif
     seed_ = TestSeed();
     std::cout << "backend=" << GetParam() << std::endl;
     rng_.seed(seed_);

@@ -94,9 +94,12 @@ DoctorReport Check(const HostFacts& facts, const DoctorOptions& options = {}) {
     }
   }
   EXPECT_EQ(report.can_serve, report.exit_code() == 0);
+  const std::string what =
+      options.thunderbolt ? "uc (thunderbolt profile)" : "RDMA";
   EXPECT_TRUE(absl::StartsWith(
-      report.verdict, report.can_serve ? "doctor: this host can serve RDMA on "
-                                       : "doctor: this host cannot serve RDMA"))
+      report.verdict,
+      absl::StrCat("doctor: this host ", report.can_serve ? "can" : "cannot",
+                   " serve ", what)))
       << report.verdict;
   return report;
 }
@@ -303,6 +306,56 @@ TEST(DoctorDiagnoseTest, NoAtomicsCannotServe) {
   DoctorReport report = Check(facts);
   EXPECT_EQ(report.exit_code(), 1);
   EXPECT_TRUE(absl::StrContains(OnlyError(report).what, "atomics"));
+}
+
+DoctorOptions ThunderboltProfile() {
+  DoctorOptions options;
+  options.thunderbolt = true;
+  return options;
+}
+
+TEST(DoctorDiagnoseTest, ThunderboltProfileServesWithoutAtomics) {
+  HostFacts facts = HealthyHost();
+  facts.devices[0].atomics = false;
+  facts.devices[0].uc_queue_pairs = true;
+  DoctorReport report = Check(facts, ThunderboltProfile());
+  EXPECT_EQ(report.exit_code(), 0) << FormatText(facts, report, {});
+  EXPECT_EQ(report.verdict,
+            "doctor: this host can serve uc (thunderbolt profile) on rxe0");
+  // It says what the profile's budget means.
+  std::vector<Finding> info = WithSeverity(report, Severity::kInfo);
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(info[0].what, "at most 10 UC queue pairs"))
+      << info[0].what;
+}
+
+TEST(DoctorDiagnoseTest, ThunderboltProfileWithoutUcQueuePairsSaysRdmaCtl) {
+  HostFacts facts = HealthyHost();
+  facts.devices[0].uc_queue_pairs = false;
+  DoctorReport report = Check(facts, ThunderboltProfile());
+  EXPECT_EQ(report.exit_code(), 1);
+  Finding error = OnlyError(report);
+  EXPECT_TRUE(absl::StrContains(error.what, "UC queue pair")) << error.what;
+  EXPECT_TRUE(absl::StrContains(error.fix, "rdma_ctl enable")) << error.fix;
+}
+
+TEST(DoctorDiagnoseTest, ThunderboltProfileAcceptsALinkLocalGidOnly) {
+  HostFacts facts = HealthyHost();
+  facts.devices[0].uc_queue_pairs = true;
+  facts.devices[0].ports[0].gids = {
+      {0, "fe80::5054:ff:fe12:3456", "RoCE v2", "en2"}};
+  EXPECT_EQ(Check(facts, ThunderboltProfile()).exit_code(), 0);
+  // verbs RC keeps refusing it: its GID choice wants IPv4.
+  EXPECT_EQ(Check(facts).exit_code(), 1);
+}
+
+TEST(DoctorDiagnoseTest, ThunderboltProfileRefusesShallowQueues) {
+  HostFacts facts = HealthyHost();
+  facts.devices[0].uc_queue_pairs = true;
+  facts.devices[0].max_qp_wr = 16;
+  Finding error = OnlyError(Check(facts, ThunderboltProfile()));
+  EXPECT_TRUE(absl::StrContains(error.what, "work requests per queue pair"))
+      << error.what;
 }
 
 TEST(DoctorDiagnoseTest, IwarpDeviceCannotServe) {

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "common/common.h"
 #include "rdma/devices.h"
+#include "rdma/uc.h"
 
 namespace meshpool::tools {
 namespace {
@@ -58,10 +59,57 @@ bool IsRoceV2Ipv4(const rdma::RdmaGidInfo& gid) {
 }
 
 // The verbs backend's GID choice (rdma.h): a RoCE v2 IPv4 GID on Ethernet,
-// any GID (index 0) on InfiniBand.
-bool HasUsableGid(const rdma::RdmaPortInfo& port) {
+// any GID (index 0) on InfiniBand; under the thunderbolt profile any RoCE
+// v2 GID (a link-local IPv6 one where the link has no IPv4 address).
+bool HasUsableGid(const rdma::RdmaPortInfo& port, bool thunderbolt) {
   if (!IsEthernet(port)) return !port.gids.empty();
-  return std::any_of(port.gids.begin(), port.gids.end(), IsRoceV2Ipv4);
+  if (std::any_of(port.gids.begin(), port.gids.end(), IsRoceV2Ipv4)) {
+    return true;
+  }
+  return thunderbolt &&
+         std::any_of(port.gids.begin(), port.gids.end(), [](const auto& g) {
+           return absl::StrContains(absl::AsciiStrToLower(g.type), "v2");
+         });
+}
+
+// What the uc backend on UC queue pairs needs of a device beyond a port:
+// UC QPs and enough work requests per QP for the default window. Adds an
+// info finding on the profile's QP budget. False when it cannot serve.
+bool DiagnoseUc(const rdma::RdmaDeviceInfo& device,
+                std::vector<Finding>& findings) {
+  bool ok = true;
+  if (!device.uc_queue_pairs) {
+    Add(findings, Severity::kError,
+        absl::StrCat(device.name,
+                     " cannot create a UC queue pair, which the uc backend "
+                     "(Thunderbolt's only RDMA) runs on"),
+        "on macOS: enable RDMA from Recovery (`rdma_ctl enable`), check "
+        "`ibv_devices`, and reboot if it still fails; on Linux: use a "
+        "device that supports UC (Soft-RoCE does)");
+    ok = false;
+  }
+  const rdma::UcOptions defaults;
+  const uint32_t needed = rdma::UcReceiveDepth(defaults.window_frames) +
+                          rdma::UcSendDepth(defaults.window_frames);
+  if (device.max_qp_wr > 0 &&
+      static_cast<uint32_t>(device.max_qp_wr) <
+          rdma::UcReceiveDepth(defaults.window_frames)) {
+    Add(findings, Severity::kError,
+        absl::StrCat(device.name, " allows ", device.max_qp_wr,
+                     " work requests per queue pair; a uc link posts ", needed),
+        "use a device with deeper queues");
+    ok = false;
+  }
+  if (ok) {
+    Add(findings, Severity::kInfo,
+        absl::StrCat("thunderbolt profile: ", device.name, " serves at most ",
+                     rdma::kThunderboltMaxQpsPerDevice,
+                     " UC queue pairs: that many client connections (lanes) "
+                     "over its cable at once, each posting ",
+                     needed, " work requests of 4 KiB frames"),
+        "");
+  }
+  return ok;
 }
 
 // Reports a port that is not ACTIVE. `only_port`: no other port of the
@@ -118,7 +166,7 @@ std::string RegistrationFix(const RegistrationFacts& reg,
 
 // Judges one device; true when it can serve RDMA.
 bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
-                    std::vector<Finding>& findings) {
+                    bool thunderbolt, std::vector<Finding>& findings) {
   if (absl::EqualsIgnoreCase(device.transport, "iWARP")) {
     Add(findings, Severity::kError,
         absl::StrCat(device.name,
@@ -141,7 +189,7 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
       DiagnoseInactivePort(device, port, !any_active, findings);
       continue;
     }
-    if (HasUsableGid(port)) {
+    if (HasUsableGid(port, thunderbolt)) {
       usable_port = true;
       continue;
     }
@@ -160,7 +208,10 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
           "`ibv_devinfo -v`");
     }
   }
-  if (!device.atomics) {
+  // Under the thunderbolt profile the node executes atomics itself.
+  const bool capable =
+      thunderbolt ? DiagnoseUc(device, findings) : device.atomics;
+  if (!thunderbolt && !device.atomics) {
     Add(findings, Severity::kError,
         absl::StrCat(device.name,
                      " does not support RDMA atomics (CAS/FAA), which "
@@ -170,7 +221,7 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
   }
   // A registration that failed because of a problem reported above (the
   // transport refuses a port without a usable GID) adds nothing.
-  bool blocked = !usable_port || !device.atomics;
+  bool blocked = !usable_port || !capable;
   bool registered = false;
   for (const RegistrationFacts& reg : facts.registrations) {
     if (reg.device != device.name) continue;
@@ -183,7 +234,7 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
           RegistrationFix(reg, facts));
     }
   }
-  return usable_port && device.atomics && registered;
+  return usable_port && capable && registered;
 }
 
 void DiagnoseNoDevices(const HostFacts& facts, std::vector<Finding>& findings) {
@@ -271,8 +322,10 @@ void DiagnoseHugePages(const HugePageFacts& huge, uint64_t pool,
 }
 
 std::string Verdict(const DoctorReport& report, const DoctorOptions& options) {
+  const absl::string_view what =
+      options.thunderbolt ? "uc (thunderbolt profile)" : "RDMA";
   if (report.can_serve) {
-    return absl::StrCat("doctor: this host can serve RDMA on ",
+    return absl::StrCat("doctor: this host can serve ", what, " on ",
                         absl::StrJoin(report.serving_devices, ", "));
   }
   std::string why = "no device qualifies";
@@ -282,7 +335,7 @@ std::string Verdict(const DoctorReport& report, const DoctorOptions& options) {
       break;
     }
   }
-  return absl::StrCat("doctor: this host cannot serve RDMA",
+  return absl::StrCat("doctor: this host cannot serve ", what,
                       options.device.empty() ? "" : " on " + options.device,
                       ": ", why);
 }
@@ -320,7 +373,7 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
       names.push_back(device.name);
       if (!options.device.empty() && device.name != options.device) continue;
       found = true;
-      if (DiagnoseDevice(device, facts, findings)) {
+      if (DiagnoseDevice(device, facts, options.thunderbolt, findings)) {
         report.serving_devices.push_back(device.name);
       }
     }

@@ -32,6 +32,9 @@ inline constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 
 struct DoctorOptions {
   std::string device;  // --device: judge only this one; empty: any
+  // --profile thunderbolt: judge for the uc backend on UC queue pairs under
+  // Apple's limits (rdma/uc.h) instead of for verbs RC.
+  bool thunderbolt = false;
   uint64_t pool_bytes = kDefaultDoctorPoolBytes;
   bool json = false;
 };
@@ -109,7 +112,10 @@ HostFacts GatherHostFacts(const DoctorOptions& options);
 
 // Judges the facts. Pure: same facts, same report. A device can serve when
 // it has an active port with a usable GID (RoCE v2 IPv4 on Ethernet, any on
-// InfiniBand), supports atomics, and the pool registered on it.
+// InfiniBand), supports atomics, and the pool registered on it. Under the
+// thunderbolt profile it needs UC queue pairs and enough work requests per
+// QP instead of atomics (the node executes them), and a link-local RoCE v2
+// GID will do.
 DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options);
 
 // A compact listing of the facts, then the findings, then the verdict.

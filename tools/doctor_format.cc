@@ -35,12 +35,12 @@ void AppendDevice(std::string& out, const rdma::RdmaDeviceInfo& device) {
   absl::StrAppendFormat(
       &out,
       "  %-10s %s  max_mr_size=%s max_qp_rd_atom=%d max_qp_wr=%d "
-      "max_inline_data=%d atomics=%s\n",
+      "max_inline_data=%d atomics=%s uc=%s\n",
       device.name, device.transport,
       device.max_mr_size == ~0ull ? "unlimited"
                                   : FormatSize(device.max_mr_size),
       device.max_qp_rd_atom, device.max_qp_wr, device.max_inline_data,
-      device.atomics ? "yes" : "no");
+      device.atomics ? "yes" : "no", device.uc_queue_pairs ? "yes" : "no");
   for (const rdma::RdmaPortInfo& port : device.ports) {
     absl::StrAppendFormat(&out, "    port %d  %-8s %-10s mtu %d\n", port.port,
                           port.state, port.link_layer, port.active_mtu);
@@ -87,8 +87,9 @@ std::string DeviceJson(const rdma::RdmaDeviceInfo& device) {
                       ", \"max_qp_rd_atom\": ", device.max_qp_rd_atom,
                       ", \"max_qp_wr\": ", device.max_qp_wr,
                       ", \"max_inline_data\": ", device.max_inline_data,
-                      ", \"atomics\": ", Bool(device.atomics), ", \"ports\": [",
-                      absl::StrJoin(ports, ", "), "]}");
+                      ", \"atomics\": ", Bool(device.atomics),
+                      ", \"uc_queue_pairs\": ", Bool(device.uc_queue_pairs),
+                      ", \"ports\": [", absl::StrJoin(ports, ", "), "]}");
 }
 
 }  // namespace

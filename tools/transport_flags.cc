@@ -20,6 +20,14 @@ namespace {
 
 constexpr const char* kRdmaFlags[] = {"device", "gid-index", "device-matrix",
                                       "host-name"};
+// The uc flags (defined with --transport) and their defaults.
+#ifdef __APPLE__
+constexpr const char* kDefaultProfile = "thunderbolt";
+#else
+constexpr const char* kDefaultProfile = "none";
+#endif
+constexpr std::pair<const char*, const char*> kUcFlags[] = {
+    {"uc-link", "auto"}, {"profile", kDefaultProfile}};
 
 std::string HostName() {
   char name[256] = {};
@@ -57,6 +65,15 @@ void DefineTransportFlags(Flags& flags, bool with_transport) {
                  "software reliability: the protocol of Thunderbolt's UC "
                  "RDMA), or auto (verbs when an RDMA device is active, else "
                  "tcp)");
+    flags.Define("uc-link", "auto",
+                 "with --transport uc: udp (the node's UDP socket), verbs "
+                 "(UC queue pairs on the RDMA devices: Thunderbolt 5, "
+                 "Soft-RoCE), or auto (verbs under --profile thunderbolt, "
+                 "else udp)");
+    flags.Define("profile", kDefaultProfile,
+                 "with --transport uc: thunderbolt (Apple's limits: 10 queue "
+                 "pairs per device, 4 KiB frames, link-local GIDs; the "
+                 "default on macOS) or none");
   }
   flags.Define("device", "",
                "RDMA devices to use, comma-separated (default: every active "
@@ -111,11 +128,36 @@ absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags) {
   return rdma;
 }
 
+absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags) {
+  rdma::UcOptions options;
+  const std::string profile = flags.Get("profile");
+  if (profile == "thunderbolt") {
+    options.profile = rdma::UcProfile::kThunderbolt;
+  } else if (profile != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--profile ", profile, " is unknown; use thunderbolt or none"));
+  }
+  const std::string link = flags.Get("uc-link");
+  if (link == "verbs" ||
+      (link == "auto" && options.profile == rdma::UcProfile::kThunderbolt)) {
+    options.link = rdma::UcLinkKind::kVerbs;
+    MESHPOOL_ASSIGN_OR_RETURN(options.verbs, VerbsOptionsFromFlags(flags));
+  } else if (link != "udp" && link != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--uc-link ", link, " is unknown; use udp, verbs or auto"));
+  }
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags) {
   MESHPOOL_ASSIGN_OR_RETURN(std::string kind, ResolveTransport(flags));
   if (kind == "tcp") return rdma::CreateTcpTransport();
-  if (kind == "uc") return rdma::CreateUcTransport();
+  if (kind == "uc") {
+    MESHPOOL_ASSIGN_OR_RETURN(rdma::UcOptions options,
+                              UcOptionsFromFlags(flags));
+    return rdma::CreateUcTransport(options);
+  }
   MESHPOOL_ASSIGN_OR_RETURN(rdma::VerbsOptions options,
                             VerbsOptionsFromFlags(flags));
   return rdma::CreateVerbsTransport(std::move(options));
@@ -128,6 +170,12 @@ std::vector<std::string> TransportArgs(const Flags& flags) {
     if (value.empty() || (std::string(name) == "gid-index" && value == "-1")) {
       continue;
     }
+    args.push_back(absl::StrCat("--", name));
+    args.push_back(value);
+  }
+  for (const auto& [name, default_value] : kUcFlags) {
+    std::string value = flags.Get(name);
+    if (value == default_value) continue;
     args.push_back(absl::StrCat("--", name));
     args.push_back(value);
   }

@@ -1,6 +1,8 @@
 // The flags that choose and configure the data transport, shared by the
 // node, the local-cluster commands and the client commands:
-//   --transport auto|tcp|verbs   (node, up, demo)
+//   --transport auto|tcp|verbs|uc  (node, up, demo)
+//   --uc-link auto|udp|verbs     uc over UDP or UC queue pairs
+//   --profile none|thunderbolt   uc under Apple's limits (macOS default)
 //   --device NAME[,NAME...]      RDMA devices to use (default: all active)
 //   --gid-index N                GID table index (default: first RoCE v2 IPv4)
 //   --device-matrix FILE         N x N matrix: which device reaches which host
@@ -16,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "meshpool/client.h"
 #include "rdma/rdma.h"
+#include "rdma/uc.h"
 #include "rdma/verbs.h"
 #include "tools/flags.h"
 
@@ -35,7 +38,11 @@ absl::StatusOr<rdma::VerbsOptions> VerbsOptionsFromFlags(const Flags& flags);
 // The same, as a client's options.
 absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
 
-// A node's transport: TCP, or verbs as the flags configure it.
+// The uc options --profile and --uc-link describe (with the RDMA flags
+// for the verbs link). InvalidArgument for unknown values.
+absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags);
+
+// A node's transport: TCP, uc or verbs as the flags configure it.
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags);
 

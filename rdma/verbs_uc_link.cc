@@ -1,0 +1,422 @@
+// The uc backend's UC queue-pair link.
+//
+// A link's memory is one registration: `send_depth` send frames, then
+// `recv_depth` receive frames, each frame_bytes long. Every receive frame is
+// posted while the QP is in INIT (before the peer can send), and posted
+// again as soon as its frame was handed up. The receive queue holds the
+// peer's whole window plus room for its acknowledgements, so a SEND finds a
+// receive unless the peer breaks the window (then it is lost, as any frame
+// may be, and the channel sends it again).
+//
+// Sends: a frame is copied into a free send frame and posted signaled; its
+// completion (local only: UC has no acknowledgements) frees the frame. With
+// every send frame in flight a frame is dropped, never waited for.
+//
+// Completions: one CQ for both directions, armed on a completion channel
+// whose descriptor the owner polls. Completions polled while looking for
+// free send frames, or while arming, wait in `pending_` for Receive.
+//
+// A completion with an error status (the QP went to the error state: the
+// device is gone or was reset) breaks the link for good; UC reports nothing
+// when the peer dies, which the channel's liveness covers.
+#include "rdma/verbs_uc_link.h"
+
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/common.h"
+#include "rdma/uc_channel.h"
+#include "rdma/verbs_handshake.h"
+#include "rdma/verbs_resources.h"
+
+namespace meshpool::rdma::internal {
+namespace {
+
+constexpr uint64_t kSendTag = uint64_t{1} << 63;
+constexpr int kPollBatch = 32;
+
+// Any window the channel allows fits Apple's work-request limit per QP.
+static_assert(UcReceiveDepth(kUcMaxWindowFrames) +
+                  UcSendDepth(kUcMaxWindowFrames) <=
+              kThunderboltMaxWorkRequests);
+
+}  // namespace
+
+struct VerbsUcLinks::State {
+  UcOptions options;
+  DeviceSet set;
+  uint32_t send_depth = 0;
+  uint32_t recv_depth = 0;
+  uint32_t max_qps = 0;  // per device; 0: the device's own limit
+  mutable absl::Mutex mu;
+  std::vector<uint32_t> live ABSL_GUARDED_BY(mu);
+
+  absl::Status Reserve(size_t d) {
+    absl::MutexLock lock(&mu);
+    if (max_qps != 0 && live[d] >= max_qps) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "RDMA device ", set.devices[d]->name, " has all ", max_qps,
+          " UC queue pairs the ", UcProfileName(options.profile),
+          " profile allows in use; this host talks to more peers (or runs "
+          "more client processes) over it than a Thunderbolt controller "
+          "serves: close some, or spread them over other cables"));
+    }
+    ++live[d];
+    return absl::OkStatus();
+  }
+  void Release(size_t d) {
+    absl::MutexLock lock(&mu);
+    --live[d];
+  }
+};
+
+namespace {
+
+// Holds one QP of a device's budget; destroyed after everything else of
+// its link (declared first).
+class Reservation {
+ public:
+  Reservation(std::shared_ptr<VerbsUcLinks::State> state, size_t device)
+      : state_(std::move(state)), device_(device) {}
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() { state_->Release(device_); }
+
+ private:
+  std::shared_ptr<VerbsUcLinks::State> state_;
+  size_t device_;
+};
+
+class VerbsUcLink : public UcLink {
+ public:
+  // A UC QP in INIT with every receive posted. Errors as VerbsUcLinks.
+  static absl::StatusOr<std::unique_ptr<VerbsUcLink>> Create(
+      std::shared_ptr<VerbsUcLinks::State> state, size_t d);
+
+  QpInfo Local() const {
+    QpInfo info;
+    std::copy(std::begin(device_->gid.raw), std::end(device_->gid.raw),
+              info.gid.begin());
+    info.lid = device_->port_attr.lid;
+    info.qpn = qp_.qpn();
+    info.psn = psn_;
+    info.mtu_bytes = MtuBytes(device_->port_attr.active_mtu);
+    info.rd_atomic = 1;  // unused by UC; the handshake wants nonzero
+    return info;
+  }
+
+  // INIT -> RTR -> RTS towards `remote`.
+  absl::Status Connect(const QpInfo& remote) {
+    RcConnectParams p;
+    p.port = device_->port;
+    p.gid_index = device_->gid_index;
+    p.use_grh = device_->ethernet() || remote.lid == 0;
+    const uint32_t mtu = MtuBytes(device_->port_attr.active_mtu);
+    p.path_mtu = MtuFromBytes(std::min(mtu, remote.mtu_bytes));
+    p.local_psn = psn_;
+    std::copy(remote.gid.begin(), remote.gid.end(),
+              std::begin(p.remote.gid.raw));
+    p.remote.lid = remote.lid;
+    p.remote.qpn = remote.qpn;
+    p.remote.psn = remote.psn;
+    return qp_.ConnectUc(p);
+  }
+
+  bool Send(absl::Span<const uint8_t> frame) override {
+    if (!broken_.ok()) return false;
+    return faults_.Apply(
+        frame, [this](absl::Span<const uint8_t> f) { return PostSend(f); });
+  }
+
+  absl::Status Receive(FrameTaker take, int max) override {
+    int taken = 0;
+    while (broken_.ok() && taken < max) {
+      if (pending_.empty() && Poll() == 0) break;
+      while (!pending_.empty() && broken_.ok() && taken < max) {
+        const ibv_wc wc = pending_.front();
+        pending_.pop_front();
+        if (Complete(wc, take)) ++taken;
+      }
+    }
+    return broken_;
+  }
+
+  int wait_fd() const override { return channel_.fd(); }
+
+  void Flush(absl::Duration max) override {
+    const absl::Time deadline = absl::Now() + max;
+    while (broken_.ok() && free_sends_.size() < send_depth_ &&
+           absl::Now() < deadline) {
+      Poll();
+    }
+  }
+
+  bool PrepareWait() override {
+    if (!broken_.ok() || !pending_.empty()) return false;
+    // Acknowledge the events that woke us, arm, then look once more: a
+    // completion that arrived before the arming raises no event.
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    while (ibv_get_cq_event(channel_.get(), &cq, &context) == 0) {
+      ibv_ack_cq_events(cq, 1);
+    }
+    absl::Status armed =
+        VerbsStatus(ibv_req_notify_cq(cq_.get(), 0), "ibv_req_notify_cq");
+    if (!armed.ok()) {
+      Break(armed);  // Receive reports it; never a busy loop
+      return false;
+    }
+    return Poll() == 0;
+  }
+
+ private:
+  VerbsUcLink(std::shared_ptr<VerbsUcLinks::State> state, size_t d)
+      : reservation_(state, d),
+        device_(state->set.devices[d]),
+        frame_bytes_(state->options.frame_bytes),
+        send_depth_(state->send_depth),
+        recv_depth_(state->recv_depth),
+        faults_(state->options.faults) {}
+
+  uint8_t* SendFrame(uint32_t i) { return buffer_.data() + i * frame_bytes_; }
+  uint8_t* RecvFrame(uint32_t i) {
+    return buffer_.data() + (send_depth_ + i) * frame_bytes_;
+  }
+
+  absl::Status PostRecv(uint32_t i) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(RecvFrame(i)),
+                static_cast<uint32_t>(frame_bytes_), mr_.lkey()};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return VerbsStatus(ibv_post_recv(qp_.get(), &wr, &bad), "ibv_post_recv");
+  }
+
+  bool PostSend(absl::Span<const uint8_t> frame) {
+    if (free_sends_.empty()) Poll();  // completions free send frames
+    if (!broken_.ok()) return false;
+    if (free_sends_.empty()) return true;  // every frame in flight: lost
+    const uint32_t i = free_sends_.back();
+    free_sends_.pop_back();
+    std::memcpy(SendFrame(i), frame.data(), frame.size());
+    ibv_sge sge{reinterpret_cast<uint64_t>(SendFrame(i)),
+                static_cast<uint32_t>(frame.size()), mr_.lkey()};
+    ibv_send_wr wr{};
+    wr.wr_id = kSendTag | i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    absl::Status posted =
+        VerbsStatus(ibv_post_send(qp_.get(), &wr, &bad), "ibv_post_send");
+    if (!posted.ok()) {
+      free_sends_.push_back(i);
+      Break(posted);
+      return false;
+    }
+    return true;
+  }
+
+  // Polls the CQ: send completions free their frames at once, receive
+  // completions wait in pending_. Returns how many receives it queued.
+  int Poll() {
+    ibv_wc wcs[kPollBatch];
+    int queued = 0;
+    while (broken_.ok()) {
+      const int n = ibv_poll_cq(cq_.get(), kPollBatch, wcs);
+      if (n < 0) {
+        Break(VerbsStatus(-1, "ibv_poll_cq"));
+        break;
+      }
+      for (int k = 0; k < n; ++k) {
+        if ((wcs[k].wr_id & kSendTag) != 0) {
+          free_sends_.push_back(static_cast<uint32_t>(wcs[k].wr_id));
+          if (wcs[k].status != IBV_WC_SUCCESS) Failed(wcs[k]);
+        } else {
+          pending_.push_back(wcs[k]);
+          ++queued;
+        }
+      }
+      if (n < kPollBatch) break;
+    }
+    return queued;
+  }
+
+  // Hands one receive completion up and posts its frame again. False when
+  // it carried no frame.
+  bool Complete(const ibv_wc& wc, FrameTaker take) {
+    const auto i = static_cast<uint32_t>(wc.wr_id);
+    if (wc.status != IBV_WC_SUCCESS) {
+      Failed(wc);
+      return false;
+    }
+    if (wc.byte_len <= frame_bytes_) take({RecvFrame(i), wc.byte_len});
+    absl::Status reposted = PostRecv(i);
+    if (!reposted.ok()) Break(reposted);
+    return true;
+  }
+
+  void Failed(const ibv_wc& wc) {
+    Break(absl::UnavailableError(
+        absl::StrCat("UC queue pair on ", device_->name,
+                     " failed: ", ibv_wc_status_str(wc.status),
+                     " (the device went away or was reset; reconnect)")));
+  }
+  void Break(absl::Status why) {
+    if (broken_.ok()) broken_ = absl::UnavailableError(why.message());
+  }
+
+  Reservation reservation_;  // first: released last
+  std::shared_ptr<const VerbsDevice> device_;
+  const size_t frame_bytes_;
+  const uint32_t send_depth_;
+  const uint32_t recv_depth_;
+  // Teardown order: the QP, its registration and memory, then the CQ and
+  // its channel.
+  CompletionChannel channel_;
+  CompletionQueue cq_;
+  std::vector<uint8_t> buffer_;
+  MemoryRegistration mr_;
+  QueuePair qp_;
+  uint32_t psn_ = 0;
+  std::vector<uint32_t> free_sends_;
+  std::deque<ibv_wc> pending_;
+  absl::Status broken_;
+  FrameFaults faults_;
+};
+
+absl::StatusOr<std::unique_ptr<VerbsUcLink>> VerbsUcLink::Create(
+    std::shared_ptr<VerbsUcLinks::State> state, size_t d) {
+  MESHPOOL_RETURN_IF_ERROR(state->Reserve(d));
+  std::unique_ptr<VerbsUcLink> link(new VerbsUcLink(state, d));
+  ibv_context* context = link->device_->context.get();
+  MESHPOOL_ASSIGN_OR_RETURN(link->channel_, CompletionChannel::Create(context));
+  const int depth = static_cast<int>(link->send_depth_ + link->recv_depth_);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      link->cq_, CompletionQueue::Create(context, depth, link->channel_.get()));
+  link->buffer_.resize(static_cast<size_t>(depth) * link->frame_bytes_);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      link->mr_,
+      MemoryRegistration::Create(link->device_->pd.get(), link->buffer_.data(),
+                                 link->buffer_.size(), IBV_ACCESS_LOCAL_WRITE));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      link->qp_, QueuePair::CreateUc(link->device_->pd.get(), link->cq_.get(),
+                                     link->send_depth_, link->recv_depth_));
+  MESHPOOL_RETURN_IF_ERROR(link->qp_.InitUc(link->device_->port));
+  for (uint32_t i = 0; i < link->recv_depth_; ++i) {
+    MESHPOOL_RETURN_IF_ERROR(link->PostRecv(i));
+  }
+  for (uint32_t i = link->send_depth_; i > 0; --i) {
+    link->free_sends_.push_back(i - 1);
+  }
+  MESHPOOL_RETURN_IF_ERROR(
+      VerbsStatus(ibv_req_notify_cq(link->cq_.get(), 0), "ibv_req_notify_cq"));
+  absl::BitGen gen;
+  link->psn_ = absl::Uniform<uint32_t>(gen, 0, kMaxQpNumber + 1);
+  return link;
+}
+
+}  // namespace
+
+VerbsUcLinks::VerbsUcLinks(std::shared_ptr<State> state)
+    : state_(std::move(state)) {}
+VerbsUcLinks::~VerbsUcLinks() = default;
+
+absl::StatusOr<std::shared_ptr<VerbsUcLinks>> VerbsUcLinks::Open(
+    const UcOptions& options) {
+  auto state = std::make_shared<State>();
+  state->options = options;
+  VerbsOptions& verbs = state->options.verbs;
+  if (verbs.self_name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) {
+      return ::meshpool::ErrnoToStatus(errno, "gethostname");
+    }
+    verbs.self_name = host;
+  }
+  MESHPOOL_RETURN_IF_ERROR(
+      ValidatePeerName(verbs.self_name, "UcOptions.verbs.self_name"));
+  const bool thunderbolt = options.profile == UcProfile::kThunderbolt;
+  MESHPOOL_ASSIGN_OR_RETURN(state->set, DeviceSet::Open(verbs, thunderbolt));
+  state->live.assign(state->set.devices.size(), 0);
+  state->recv_depth = UcReceiveDepth(options.window_frames);
+  state->send_depth = UcSendDepth(options.window_frames);
+  if (thunderbolt) state->max_qps = kThunderboltMaxQpsPerDevice;
+  for (const auto& device : state->set.devices) {
+    const auto max_wr = static_cast<uint32_t>(device->attr.max_qp_wr);
+    if (state->recv_depth > max_wr || state->send_depth > max_wr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UcOptions.window_frames ", options.window_frames, " needs ",
+          state->recv_depth, " receives per queue pair; ", device->name,
+          " allows ", max_wr, ": use a smaller window"));
+    }
+  }
+  return std::shared_ptr<VerbsUcLinks>(new VerbsUcLinks(std::move(state)));
+}
+
+const std::string& VerbsUcLinks::self_name() const {
+  return state_->options.verbs.self_name;
+}
+
+size_t VerbsUcLinks::LiveLinks(size_t device) const {
+  absl::MutexLock lock(&state_->mu);
+  return device < state_->live.size() ? state_->live[device] : 0;
+}
+
+absl::StatusOr<std::unique_ptr<UcLink>> VerbsUcLinks::Connect(
+    absl::string_view peer, const Handshake& handshake) {
+  MESHPOOL_RETURN_IF_ERROR(ValidatePeerName(peer, "uc peer name"));
+  if (!handshake) {
+    return absl::InvalidArgumentError(
+        "a uc://NAME node is reached through its Handshake RPC; Connect "
+        "needs a Handshake callback");
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<VerbsUcLink> link,
+                            VerbsUcLink::Create(state_, state_->set.For(peer)));
+  HandshakeRequest request;
+  request.client_name = self_name();
+  request.qp = link->Local();
+  MESHPOOL_ASSIGN_OR_RETURN(std::string bytes,
+                            handshake(EncodeHandshakeRequest(request)));
+  MESHPOOL_ASSIGN_OR_RETURN(HandshakeReply reply, DecodeHandshakeReply(bytes));
+  if (!reply.regions.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the node ", peer,
+        " answered with a verbs RC handshake; it serves verbs://, not uc://"));
+  }
+  MESHPOOL_RETURN_IF_ERROR(link->Connect(reply.qp));
+  return std::unique_ptr<UcLink>(std::move(link));
+}
+
+absl::StatusOr<VerbsUcLinks::Accepted> VerbsUcLinks::Accept(
+    absl::string_view bytes) {
+  MESHPOOL_ASSIGN_OR_RETURN(HandshakeRequest request,
+                            DecodeHandshakeRequest(bytes));
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::unique_ptr<VerbsUcLink> link,
+      VerbsUcLink::Create(state_, state_->set.For(request.client_name)));
+  MESHPOOL_RETURN_IF_ERROR(link->Connect(request.qp));
+  HandshakeReply reply;
+  reply.qp = link->Local();
+  Accepted accepted;
+  accepted.reply = EncodeHandshakeReply(reply);
+  accepted.link = std::move(link);
+  return accepted;
+}
+
+}  // namespace meshpool::rdma::internal
