@@ -2,7 +2,8 @@
 # bench/verbs_bench_guest.sh BUILD_DIR: runs INSIDE the Soft-RoCE VM (see
 # bench/verbs_bench.sh, which boots it). In one boot: perftest's ib_*_lat and
 # ib_*_bw on rxe0, then meshpool's own GET/PUT latency and large-value GET
-# bandwidth over verbs, then prints one table with the ratios.
+# bandwidth over verbs, then prints one table with the ratios. SMOKE=1
+# makes every run tiny (CI: the script keeps working).
 set -euo pipefail
 build="$1"
 meshpool="$build/tools/meshpool"
@@ -11,6 +12,7 @@ gid="${MESHPOOL_BENCH_GID:-1}"
 iters_lat="${ITERS_LAT:-2000}"
 iters_bw="${ITERS_BW:-40}"
 duration="${DURATION:-5s}"
+if [ "${SMOKE:-0}" = 1 ]; then iters_lat=50 iters_bw=5 duration=1s; fi
 tmp="$(mktemp -d)"
 . "$(dirname "$0")/vm_bench_lib.sh"
 trap 'stop_node; rm -rf "$tmp"' EXIT

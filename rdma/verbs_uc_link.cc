@@ -331,28 +331,14 @@ absl::StatusOr<std::unique_ptr<VerbsUcLink>> VerbsUcLink::Create(
   return link;
 }
 
-}  // namespace
-
-VerbsUcLinks::VerbsUcLinks(std::shared_ptr<State> state)
-    : state_(std::move(state)) {}
-VerbsUcLinks::~VerbsUcLinks() = default;
-
-absl::StatusOr<std::shared_ptr<VerbsUcLinks>> VerbsUcLinks::Open(
+// The devices of `options` opened, with their budgets.
+absl::StatusOr<std::shared_ptr<VerbsUcLinks::State>> OpenState(
     const UcOptions& options) {
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<VerbsUcLinks::State>();
   state->options = options;
-  VerbsOptions& verbs = state->options.verbs;
-  if (verbs.self_name.empty()) {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) != 0) {
-      return ::meshpool::ErrnoToStatus(errno, "gethostname");
-    }
-    verbs.self_name = host;
-  }
-  MESHPOOL_RETURN_IF_ERROR(
-      ValidatePeerName(verbs.self_name, "UcOptions.verbs.self_name"));
   const bool thunderbolt = options.profile == UcProfile::kThunderbolt;
-  MESHPOOL_ASSIGN_OR_RETURN(state->set, DeviceSet::Open(verbs, thunderbolt));
+  MESHPOOL_ASSIGN_OR_RETURN(state->set,
+                            DeviceSet::Open(options.verbs, thunderbolt));
   state->live.assign(state->set.devices.size(), 0);
   state->recv_depth = UcReceiveDepth(options.window_frames);
   state->send_depth = UcSendDepth(options.window_frames);
@@ -366,16 +352,59 @@ absl::StatusOr<std::shared_ptr<VerbsUcLinks>> VerbsUcLinks::Open(
           " allows ", max_wr, ": use a smaller window"));
     }
   }
+  return state;
+}
+
+}  // namespace
+
+VerbsUcLinks::VerbsUcLinks(std::shared_ptr<State> state)
+    : self_name_(state->options.verbs.self_name), state_(std::move(state)) {}
+VerbsUcLinks::~VerbsUcLinks() = default;
+
+absl::StatusOr<std::shared_ptr<VerbsUcLinks>> VerbsUcLinks::Open(
+    UcOptions options) {
+  VerbsOptions& verbs = options.verbs;
+  if (verbs.self_name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) {
+      return ::meshpool::ErrnoToStatus(errno, "gethostname");
+    }
+    verbs.self_name = host;
+  }
+  MESHPOOL_RETURN_IF_ERROR(
+      ValidatePeerName(verbs.self_name, "UcOptions.verbs.self_name"));
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<State> state, OpenState(options));
   return std::shared_ptr<VerbsUcLinks>(new VerbsUcLinks(std::move(state)));
 }
 
-const std::string& VerbsUcLinks::self_name() const {
-  return state_->options.verbs.self_name;
-}
+const std::string& VerbsUcLinks::self_name() const { return self_name_; }
 
-size_t VerbsUcLinks::LiveLinks(size_t device) const {
-  absl::MutexLock lock(&state_->mu);
-  return device < state_->live.size() ? state_->live[device] : 0;
+absl::StatusOr<std::unique_ptr<UcLink>> VerbsUcLinks::NewLink(
+    absl::string_view peer, QpInfo* local) {
+  std::shared_ptr<State> state;
+  {
+    absl::MutexLock lock(&mu_);
+    state = state_;
+  }
+  absl::StatusOr<std::unique_ptr<VerbsUcLink>> link =
+      VerbsUcLink::Create(state, state->set.For(peer));
+  if (!link.ok() && !absl::IsResourceExhausted(link.status())) {
+    absl::StatusOr<std::shared_ptr<State>> reopened = OpenState(state->options);
+    if (!reopened.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          link.status().message(), "; opening the devices again failed too (",
+          reopened.status().message(), "): is the device there?"));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (state_ == state) state_ = *reopened;  // else another thread did
+      state = state_;
+    }
+    link = VerbsUcLink::Create(state, state->set.For(peer));
+  }
+  if (!link.ok()) return link.status();
+  *local = (*link)->Local();
+  return std::unique_ptr<UcLink>(*std::move(link));
 }
 
 absl::StatusOr<std::unique_ptr<UcLink>> VerbsUcLinks::Connect(
@@ -386,11 +415,10 @@ absl::StatusOr<std::unique_ptr<UcLink>> VerbsUcLinks::Connect(
         "a uc://NAME node is reached through its Handshake RPC; Connect "
         "needs a Handshake callback");
   }
-  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<VerbsUcLink> link,
-                            VerbsUcLink::Create(state_, state_->set.For(peer)));
   HandshakeRequest request;
   request.client_name = self_name();
-  request.qp = link->Local();
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<UcLink> link,
+                            NewLink(peer, &request.qp));
   MESHPOOL_ASSIGN_OR_RETURN(std::string bytes,
                             handshake(EncodeHandshakeRequest(request)));
   MESHPOOL_ASSIGN_OR_RETURN(HandshakeReply reply, DecodeHandshakeReply(bytes));
@@ -399,20 +427,21 @@ absl::StatusOr<std::unique_ptr<UcLink>> VerbsUcLinks::Connect(
         "the node ", peer,
         " answered with a verbs RC handshake; it serves verbs://, not uc://"));
   }
-  MESHPOOL_RETURN_IF_ERROR(link->Connect(reply.qp));
-  return std::unique_ptr<UcLink>(std::move(link));
+  // NewLink made it: a VerbsUcLink.
+  MESHPOOL_RETURN_IF_ERROR(
+      static_cast<VerbsUcLink*>(link.get())->Connect(reply.qp));
+  return link;
 }
 
 absl::StatusOr<VerbsUcLinks::Accepted> VerbsUcLinks::Accept(
     absl::string_view bytes) {
   MESHPOOL_ASSIGN_OR_RETURN(HandshakeRequest request,
                             DecodeHandshakeRequest(bytes));
-  MESHPOOL_ASSIGN_OR_RETURN(
-      std::unique_ptr<VerbsUcLink> link,
-      VerbsUcLink::Create(state_, state_->set.For(request.client_name)));
-  MESHPOOL_RETURN_IF_ERROR(link->Connect(request.qp));
   HandshakeReply reply;
-  reply.qp = link->Local();
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<UcLink> link,
+                            NewLink(request.client_name, &reply.qp));
+  MESHPOOL_RETURN_IF_ERROR(
+      static_cast<VerbsUcLink*>(link.get())->Connect(request.qp));
   Accepted accepted;
   accepted.reply = EncodeHandshakeReply(reply);
   accepted.link = std::move(link);

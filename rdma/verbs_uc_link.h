@@ -13,6 +13,11 @@
 //
 // No verbs type appears here: only rdma/verbs_* include the verbs header.
 //
+// Liveness: an error completion (the QP failed: the device went away or was
+// reset) breaks a link for good; a link that cannot be made while the
+// devices were gone makes the next one open them again, so a process
+// outlives a pulled cable and reconnects once the device is back.
+//
 // Thread-safety: VerbsUcLinks is thread-safe; a link is used by one thread
 // at a time and may outlive the VerbsUcLinks that made it.
 #ifndef MESHPOOL_RDMA_VERBS_UC_LINK_H_
@@ -23,12 +28,15 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "rdma/rdma.h"
 #include "rdma/uc.h"
 #include "rdma/uc_link.h"
 #include "rdma/verbs.h"
+#include "rdma/verbs_handshake.h"
 
 namespace meshpool::rdma::internal {
 
@@ -38,8 +46,7 @@ class VerbsUcLinks {
   // host name. Errors: as CreateVerbsTransport (NotFound: no such device
   // or none active; FailedPrecondition: a port down, no usable GID);
   // InvalidArgument for a bad self_name.
-  static absl::StatusOr<std::shared_ptr<VerbsUcLinks>> Open(
-      const UcOptions& options);
+  static absl::StatusOr<std::shared_ptr<VerbsUcLinks>> Open(UcOptions options);
   ~VerbsUcLinks();
 
   // The name peers know this host by (the node's address is uc://NAME).
@@ -62,14 +69,21 @@ class VerbsUcLinks {
   };
   absl::StatusOr<Accepted> Accept(absl::string_view request);
 
-  // Links alive on each device, for tests and `meshpool doctor`.
-  size_t LiveLinks(size_t device) const;
-
   struct State;  // the devices and their budgets (verbs_uc_link.cc)
 
  private:
   explicit VerbsUcLinks(std::shared_ptr<State> state);
-  std::shared_ptr<State> state_;
+  // A link in INIT to the peer named `peer` and its QP as the peer needs
+  // it. When making it fails other than for the budget, the devices may
+  // have gone and come back (a cable pulled, a controller reset): they are
+  // opened again, once, and the link made on them.
+  absl::StatusOr<std::unique_ptr<UcLink>> NewLink(absl::string_view peer,
+                                                  QpInfo* local);
+
+  const std::string self_name_;
+  mutable absl::Mutex mu_;
+  // Replaced when the devices are opened again; links keep theirs alive.
+  std::shared_ptr<State> state_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshpool::rdma::internal

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "store/evictor.h"
 #include "tools/flags.h"
+#include "tools/transport_flags.h"
 
 namespace meshpool::tools {
 namespace {
@@ -35,6 +36,37 @@ TEST(ForCommandLine, OptionNamesBecomeFlagsAndOtherTextStays) {
   EXPECT_EQ(ForCommandLine("run without eviction (NodeOptions.evict = false)"),
             "run without eviction (--no-evict)");
   EXPECT_EQ(ForCommandLine("nothing to translate"), "nothing to translate");
+}
+
+// `meshpool up` hands the nodes the uc flags but the coordinator only the
+// RDMA ones (it defines no --profile: a uc flag there stops it).
+TEST(TransportArgs, UcFlagsGoToNodesAndOnlyRdmaFlagsToTheCoordinator) {
+  Flags flags("test", "test");
+  DefineTransportFlags(flags, /*with_transport=*/true);
+  std::vector<std::string> argv_strings = {
+      "--transport", "uc", "--profile", "thunderbolt", "--device", "rxe0"};
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  ASSERT_TRUE(flags.Parse(static_cast<int>(argv.size()), argv.data()).ok());
+  EXPECT_THAT(TransportArgs(flags),
+              ::testing::ElementsAre("--transport", "uc", "--profile",
+                                     "thunderbolt", "--device", "rxe0"));
+  EXPECT_THAT(RdmaArgs(flags), ::testing::ElementsAre("--device", "rxe0"));
+  auto options = UcOptionsFromFlags(flags);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->link, rdma::UcLinkKind::kVerbs);  // the profile's link
+  EXPECT_EQ(options->verbs.devices, std::vector<std::string>{"rxe0"});
+}
+
+TEST(TransportArgs, UnknownProfileIsInvalidArgument) {
+  Flags flags("test", "test");
+  DefineTransportFlags(flags, /*with_transport=*/true);
+  std::vector<std::string> argv_strings = {"--profile", "usb"};
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  ASSERT_TRUE(flags.Parse(static_cast<int>(argv.size()), argv.data()).ok());
+  EXPECT_EQ(UcOptionsFromFlags(flags).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -17,8 +17,14 @@ set_tests_properties(VerbsSuiteInVm PROPERTIES
                      LABELS vm RUN_SERIAL TRUE TIMEOUT 1500
                      DEPENDS VmSmokeRxeDeviceIsActive)
 
-# bench/uc_bench.sh in its smoke mode (tiny runs), so that a change that
-# breaks the benchmark breaks CI rather than the next measurement.
+# The VM benchmarks in their smoke mode (tiny runs), so that a change that
+# breaks one breaks CI rather than the next measurement.
+add_test(NAME VerbsBenchSmokeInVm
+         COMMAND ${CMAKE_COMMAND} -E env SMOKE=1
+                 ${PROJECT_SOURCE_DIR}/bench/verbs_bench.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(VerbsBenchSmokeInVm PROPERTIES
+                     LABELS vm RUN_SERIAL TRUE TIMEOUT 600
+                     DEPENDS VmSmokeRxeDeviceIsActive)
 add_test(NAME UcBenchSmokeInVm
          COMMAND ${CMAKE_COMMAND} -E env SMOKE=1
                  ${PROJECT_SOURCE_DIR}/bench/uc_bench.sh ${CMAKE_BINARY_DIR})

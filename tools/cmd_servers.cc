@@ -327,8 +327,7 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
   options.node_args = TransportArgs(flags);
   // The coordinator's repair client uses the same RDMA devices (not
   // --transport, which is the nodes' choice).
-  options.coordinator_args.assign(options.node_args.begin() + 2,
-                                  options.node_args.end());
+  options.coordinator_args = RdmaArgs(flags);
   store::NodeOptions node;
   MESHPOOL_RETURN_IF_ERROR(EvictionFromFlags(flags, &node));
   MESHPOOL_RETURN_IF_ERROR(store::CheckWatermarks(node.evict_high_watermark,

@@ -163,8 +163,8 @@ absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
   return rdma::CreateVerbsTransport(std::move(options));
 }
 
-std::vector<std::string> TransportArgs(const Flags& flags) {
-  std::vector<std::string> args = {"--transport", flags.Get("transport")};
+std::vector<std::string> RdmaArgs(const Flags& flags) {
+  std::vector<std::string> args;
   for (const char* name : kRdmaFlags) {
     std::string value = flags.Get(name);
     if (value.empty() || (std::string(name) == "gid-index" && value == "-1")) {
@@ -173,12 +173,18 @@ std::vector<std::string> TransportArgs(const Flags& flags) {
     args.push_back(absl::StrCat("--", name));
     args.push_back(value);
   }
+  return args;
+}
+
+std::vector<std::string> TransportArgs(const Flags& flags) {
+  std::vector<std::string> args = {"--transport", flags.Get("transport")};
   for (const auto& [name, default_value] : kUcFlags) {
     std::string value = flags.Get(name);
     if (value == default_value) continue;
     args.push_back(absl::StrCat("--", name));
     args.push_back(value);
   }
+  for (std::string& arg : RdmaArgs(flags)) args.push_back(std::move(arg));
   return args;
 }
 

@@ -46,8 +46,13 @@ absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags);
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags);
 
+// The RDMA flags that were set, to pass on to child processes (the
+// coordinator's repair client uses the same devices).
+std::vector<std::string> RdmaArgs(const Flags& flags);
+
 // The flags as given, to pass on to child `meshpool node` processes:
-// "--transport", its value, then the RDMA flags that were set.
+// "--transport", its value, the uc flags that differ from their defaults,
+// then RdmaArgs. REQUIRES: DefineTransportFlags(flags, true).
 std::vector<std::string> TransportArgs(const Flags& flags);
 
 }  // namespace meshpool::tools
