@@ -73,9 +73,9 @@ struct UcOptions {
   VerbsOptions verbs;
   // kThunderbolt: at most kThunderboltMaxQpsPerDevice UC QPs per device
   // (more peers than that are refused, naming the limit), at most
-  // kThunderboltMaxWorkRequests per QP, frames of exactly
-  // kThunderboltFrameBytes, and link-local IPv6 GIDs accepted where no IPv4
-  // one exists.
+  // kThunderboltMaxWorkRequests per QP, frame_bytes of exactly
+  // kThunderboltFrameBytes (InvalidArgument otherwise), and link-local IPv6
+  // GIDs accepted where no IPv4 one exists.
   UcProfile profile = UcProfile::kNone;
   // Every frame's size (a receive must cover a send: Apple's 4 KiB page).
   size_t frame_bytes = 4096;

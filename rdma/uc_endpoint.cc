@@ -56,6 +56,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
     ep->Drain();
     if (ep->broken_.ok()) {
       absl::Status pumped = ep->channel_->Pump(absl::Now());
+      if (pumped.ok() && !ep->link_->FlushSends()) {
+        pumped = absl::UnavailableError("the link broke");
+      }
       if (!pumped.ok()) ep->Break(pumped);
     }
     if (!ep->broken_.ok()) {
@@ -87,8 +90,9 @@ UcEndpoint::~UcEndpoint() {
   if (!channel_.has_value() || !broken_.ok()) return;
   const uint32_t bye = kUcBye;
   const absl::Span<const uint8_t> part = Bytes(&bye, sizeof(bye));
-  if (channel_->Send({&part, 1}).ok() && channel_->Pump(absl::Now()).ok()) {
-    link_->Flush(kByeFlush);
+  if (channel_->Send({&part, 1}).ok() && channel_->Pump(absl::Now()).ok() &&
+      link_->FlushSends()) {
+    link_->AwaitSent(kByeFlush);
   }
 }
 
@@ -173,6 +177,9 @@ void UcEndpoint::Progress() {
   Drain();
   if (broken_.ok()) {
     absl::Status pumped = channel_->Pump(absl::Now());
+    if (pumped.ok() && !link_->FlushSends()) {
+      pumped = absl::UnavailableError("the link broke");
+    }
     if (!pumped.ok()) Break(pumped);
   }
   while (broken_.ok()) {

@@ -36,8 +36,13 @@ class UcLink {
 
   // Sends one frame (copied). False when the link is broken for good; a
   // frame the link had no room for is lost silently (true), as on a wire.
-  // REQUIRES: frame.size() <= the frame size the link was made for.
+  // A link may hold frames back to post them together: call FlushSends()
+  // after a burst (a channel's Pump). REQUIRES: frame.size() <= the frame
+  // size the link was made for.
   virtual bool Send(absl::Span<const uint8_t> frame) = 0;
+  // Posts the frames Send held back, with one doorbell. False when the
+  // link is broken for good.
+  virtual bool FlushSends() { return true; }
 
   // Passes every frame received so far (at most `max`) to `take`. Returns
   // Unavailable, naming why, once the link is broken (the peer's port
@@ -52,7 +57,7 @@ class UcLink {
 
   // Waits up to `max` until every frame sent has left (a goodbye sent just
   // before the link is destroyed). No-op where sending is synchronous.
-  virtual void Flush(absl::Duration max) {}
+  virtual void AwaitSent(absl::Duration max) {}
 };
 
 // Applies injected faults (UcLinkFaults: drop, duplicate, corrupt) to

@@ -281,6 +281,7 @@ absl::Time UcResponder::PumpAll(absl::Time now) {
     }
     if (s.link != nullptr && links_.at(s.link).broken) s.done = true;
     if (!s.done && !s.channel->Pump(now).ok()) s.done = true;  // a silent peer
+    if (!s.done && s.link != nullptr && !s.link->FlushSends()) s.done = true;
     if (s.closing && s.channel->idle()) s.done = true;  // denial delivered
     if (s.channel->idle() && now - s.last_frame > kUcSessionIdle) s.done = true;
     if (s.done) {

@@ -8,9 +8,11 @@
 // receive unless the peer breaks the window (then it is lost, as any frame
 // may be, and the channel sends it again).
 //
-// Sends: a frame is copied into a free send frame and posted signaled; its
+// Sends: a frame is copied into a free send frame and joins a chain of
+// work requests, posted with one doorbell by FlushSends (after a channel's
+// pump) or when kMaxChain frames wait; every request is signaled, and its
 // completion (local only: UC has no acknowledgements) frees the frame. With
-// every send frame in flight a frame is dropped, never waited for.
+// every send frame taken a frame is dropped, never waited for.
 //
 // Completions: one CQ for both directions, armed on a completion channel
 // whose descriptor the owner polls. Completions polled while looking for
@@ -46,6 +48,9 @@ namespace {
 
 constexpr uint64_t kSendTag = uint64_t{1} << 63;
 constexpr int kPollBatch = 32;
+// Sends posted with one doorbell at most (rxe turns each post into a system
+// call; a Thunderbolt controller into an MMIO write).
+constexpr size_t kMaxChain = 32;
 
 // Any window the channel allows fits Apple's work-request limit per QP.
 static_assert(UcReceiveDepth(kUcMaxWindowFrames) +
@@ -155,7 +160,10 @@ class VerbsUcLink : public UcLink {
 
   int wait_fd() const override { return channel_.fd(); }
 
-  void Flush(absl::Duration max) override {
+  bool FlushSends() override { return PostChain(); }
+
+  void AwaitSent(absl::Duration max) override {
+    if (!PostChain()) return;
     const absl::Time deadline = absl::Now() + max;
     while (broken_.ok() && free_sends_.size() < send_depth_ &&
            absl::Now() < deadline) {
@@ -206,30 +214,50 @@ class VerbsUcLink : public UcLink {
     return VerbsStatus(ibv_post_recv(qp_.get(), &wr, &bad), "ibv_post_recv");
   }
 
+  // Copies `frame` into a free send frame and chains it.
   bool PostSend(absl::Span<const uint8_t> frame) {
-    if (free_sends_.empty()) Poll();  // completions free send frames
+    if (free_sends_.empty()) {
+      // Completions free send frames; chained ones must be posted first.
+      if (!PostChain()) return false;
+      Poll();
+    }
     if (!broken_.ok()) return false;
-    if (free_sends_.empty()) return true;  // every frame in flight: lost
+    if (free_sends_.empty()) return true;  // every frame taken: lost
     const uint32_t i = free_sends_.back();
     free_sends_.pop_back();
     std::memcpy(SendFrame(i), frame.data(), frame.size());
-    ibv_sge sge{reinterpret_cast<uint64_t>(SendFrame(i)),
-                static_cast<uint32_t>(frame.size()), mr_.lkey()};
-    ibv_send_wr wr{};
+    chain_sge_.push_back({reinterpret_cast<uint64_t>(SendFrame(i)),
+                          static_cast<uint32_t>(frame.size()), mr_.lkey()});
+    ibv_send_wr& wr = chain_.emplace_back();
+    wr = {};
     wr.wr_id = kSendTag | i;
-    wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    absl::Status posted =
-        VerbsStatus(ibv_post_send(qp_.get(), &wr, &bad), "ibv_post_send");
-    if (!posted.ok()) {
-      free_sends_.push_back(i);
-      Break(posted);
-      return false;
+    return chain_.size() < kMaxChain || PostChain();
+  }
+
+  // Posts the chained sends with one doorbell.
+  bool PostChain() {
+    if (!broken_.ok()) return false;
+    if (chain_.empty()) return true;
+    for (size_t k = 0; k < chain_.size(); ++k) {
+      chain_[k].sg_list = &chain_sge_[k];
+      chain_[k].next = k + 1 < chain_.size() ? &chain_[k + 1] : nullptr;
     }
-    return true;
+    ibv_send_wr* bad = nullptr;
+    absl::Status posted = VerbsStatus(
+        ibv_post_send(qp_.get(), chain_.data(), &bad), "ibv_post_send");
+    if (!posted.ok()) {
+      // The requests from `bad` on were not posted: their frames are free.
+      for (ibv_send_wr* w = bad; w != nullptr; w = w->next) {
+        free_sends_.push_back(static_cast<uint32_t>(w->wr_id));
+      }
+      Break(posted);
+    }
+    chain_.clear();
+    chain_sge_.clear();
+    return posted.ok();
   }
 
   // Polls the CQ: send completions free their frames at once, receive
@@ -295,6 +323,8 @@ class VerbsUcLink : public UcLink {
   QueuePair qp_;
   uint32_t psn_ = 0;
   std::vector<uint32_t> free_sends_;
+  std::vector<ibv_send_wr> chain_;  // sends not yet posted
+  std::vector<ibv_sge> chain_sge_;  // their buffers, one each
   std::deque<ibv_wc> pending_;
   absl::Status broken_;
   FrameFaults faults_;
