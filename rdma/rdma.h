@@ -29,7 +29,8 @@
 //     (lkey) and an exportable RemoteRegion {addr, rkey, length} that peers
 //     name in their work requests.
 //   * A client Connect()s an Endpoint to a peer (one endpoint = one QP or one
-//     TCP lane). It Post()s batches of WorkRequests and Poll()s completions.
+//     TCP lane; uc endpoints to one peer share their transport's link). It
+//     Post()s batches of WorkRequests and Poll()s completions.
 //   * Every signaled request yields exactly one Completion, in posting order
 //     per endpoint; so does every failed one. TCP and sim also complete
 //     unsignaled requests, verbs does not: callers rely on signaled ones.

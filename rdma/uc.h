@@ -9,10 +9,15 @@
 // Links (rdma/uc_link.h), named by the node's address:
 //   "uc://host:port"  UDP to the node's socket: any host has it, so the
 //                     protocol runs for real in every test;
-//   "uc://NAME"       UC queue pairs (rdma/verbs_uc_link.h), NAME being the
-//                     node's VerbsOptions.self_name, set up through the
-//                     node's Handshake RPC: Thunderbolt 5 on macOS, and
-//                     Soft-RoCE or any RDMA NIC on Linux.
+//   "uc://NAME/INSTANCE"
+//                     UC queue pairs (rdma/verbs_uc_link.h), NAME being the
+//                     node's VerbsOptions.self_name (it picks the device
+//                     that reaches the node) and INSTANCE 16 hex digits a
+//                     node draws when it listens (nodes of one host share
+//                     NAME; a restarted node is another instance), set up
+//                     through the node's Handshake RPC: Thunderbolt 5 on
+//                     macOS, and Soft-RoCE or any RDMA NIC on Linux.
+//                     "uc://NAME" alone reaches it too.
 // A node listens on the link UcOptions.link names; a client follows each
 // node's address.
 //
@@ -63,12 +68,21 @@ enum class UcLinkKind : uint8_t { kUdp, kVerbs };
 // acknowledgements, sends for the window plus acknowledgements.
 constexpr uint32_t UcReceiveDepth(uint32_t window) { return 2 * window + 16; }
 constexpr uint32_t UcSendDepth(uint32_t window) { return window + 16; }
+// A transport's lanes (endpoints) to one node share one link: one UC QP per
+// device, or one UDP socket (a Thunderbolt controller has only
+// kThunderboltMaxQpsPerDevice QPs). A QP's queues are sized for this many
+// lanes' windows, as far as the device (or the profile) allows; more lanes
+// still work, but their frames may find no receive posted and be sent
+// again.
+inline constexpr uint32_t kUcLanesPerLink = 8;
+inline constexpr uint32_t kUcDefaultWindowFrames = 32;
 
 struct UcOptions {
   // The link a node listens on (a client follows each node's address).
   UcLinkKind link = UcLinkKind::kUdp;
   // kVerbs: the devices, GID, self_name (the node's address is
-  // "uc://" + self_name) and device matrix, as for the verbs backend.
+  // "uc://" + self_name + "/" + instance) and device matrix, as for the
+  // verbs backend.
   // Clients use it for every uc://NAME node.
   VerbsOptions verbs;
   // kThunderbolt: at most kThunderboltMaxQpsPerDevice UC QPs per device
@@ -80,7 +94,7 @@ struct UcOptions {
   // Every frame's size (a receive must cover a send: Apple's 4 KiB page).
   size_t frame_bytes = 4096;
   // Frames in flight per channel; with UDP, what the socket buffer holds.
-  uint32_t window_frames = 32;
+  uint32_t window_frames = kUcDefaultWindowFrames;
   // A peer that answers nothing for this long while requests wait fails
   // the endpoint (client) or the session (node) Unavailable.
   absl::Duration dead_after = absl::Seconds(2);

@@ -42,15 +42,22 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
       new UcEndpoint(std::move(link), std::move(address)));
   absl::BitGen gen;
   UcLink* raw = ep->link_.get();
+  const uint64_t session = absl::Uniform<uint64_t>(gen);
+  raw->BindSession(session);
   MESHPOOL_ASSIGN_OR_RETURN(
-      UcChannel channel,
-      UcChannel::Create(
-          ChannelOptions(options, absl::Uniform<uint64_t>(gen)),
-          [raw](absl::Span<const uint8_t> f) { return raw->Send(f); }));
+      UcChannel channel, UcChannel::Create(ChannelOptions(options, session),
+                                           [raw](absl::Span<const uint8_t> f) {
+                                             return raw->Send(f);
+                                           }));
   ep->channel_.emplace(std::move(channel));
   const uint32_t hello = kUcHello;
   const absl::Span<const uint8_t> part = Bytes(&hello, sizeof(hello));
   MESHPOOL_RETURN_IF_ERROR(ep->channel_->Send({&part, 1}));
+  // Broken: no goodbye, and no lane joins a link that brought no answer.
+  auto fail = [&ep](absl::Status why) {
+    ep->Break(why);
+    return why;
+  };
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   while (true) {
     ep->Drain();
@@ -62,25 +69,25 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
       if (!pumped.ok()) ep->Break(pumped);
     }
     if (!ep->broken_.ok()) {
-      return absl::UnavailableError(absl::StrCat("no uc responder answers at ",
-                                                 ep->address_, ": ",
-                                                 ep->broken_.message()));
+      return fail(absl::UnavailableError(
+          absl::StrCat("no uc responder answers at ", ep->address_, ": ",
+                       ep->broken_.message())));
     }
     if (std::optional<std::vector<uint8_t>> m = ep->channel_->Receive()) {
       uint32_t magic = 0;
       if (m->size() == sizeof(magic))
         std::memcpy(&magic, m->data(), sizeof(magic));
       if (magic != kUcHello) {
-        return absl::UnavailableError(absl::StrCat(
-            "the peer at ", ep->address_, " is not a meshpool uc responder"));
+        return fail(absl::UnavailableError(absl::StrCat(
+            "the peer at ", ep->address_, " is not a meshpool uc responder")));
       }
       return std::unique_ptr<Endpoint>(std::move(ep));
     }
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(
+      return fail(absl::UnavailableError(
           absl::StrCat("no uc responder answered at ", ep->address_, " within ",
                        absl::FormatDuration(options.connect_timeout),
-                       "; is the node running?"));
+                       "; is the node running?")));
     }
     ep->Wait(deadline);
   }
@@ -88,7 +95,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
 
 UcEndpoint::~UcEndpoint() {
   if (!channel_.has_value() || !broken_.ok()) return;
-  const uint32_t bye = kUcBye;
+  // The last lane on the link lets the node drop the link with it.
+  const uint32_t bye = link_->LastUser() ? kUcByeLast : kUcBye;
   const absl::Span<const uint8_t> part = Bytes(&bye, sizeof(bye));
   if (channel_->Send({&part, 1}).ok() && channel_->Pump(absl::Now()).ok() &&
       link_->FlushSends()) {
@@ -98,6 +106,8 @@ UcEndpoint::~UcEndpoint() {
 
 void UcEndpoint::Break(absl::Status why) {
   if (!broken_.ok()) return;
+  // A peer that stopped answering (or a broken link) takes no new lanes.
+  link_->Abandon();
   broken_ = absl::UnavailableError(
       absl::StrCat("uc endpoint to ", address_, " broke: ", why.message()));
   // Every request still waiting completes Unavailable.
@@ -197,8 +207,9 @@ void UcEndpoint::Wait(absl::Time until) {
   if (!link_->PrepareWait()) return;  // frames arrived meanwhile
   const timespec ts =
       absl::ToTimespec(std::max(wake - now, absl::ZeroDuration()));
-  pollfd p{link_->wait_fd(), POLLIN, 0};
-  ::ppoll(&p, 1, &ts, nullptr);
+  poll_fds_.clear();
+  link_->AddWaitFds(&poll_fds_);
+  ::ppoll(poll_fds_.data(), poll_fds_.size(), &ts, nullptr);
 }
 
 absl::Status UcEndpoint::Post(absl::Span<const WorkRequest> batch) {

@@ -1,10 +1,13 @@
 // meshpool/rdma internal: the uc backend's client side. One UcEndpoint is one
-// channel (its own link and session) to a node's responder; requests
+// channel (its own session, on a view of the link its transport shares among
+// its lanes to the node: rdma/uc_link_mux.h) to a node's responder; requests
 // are pipelined on it, split into chunks of at most kUcChunkBytes. Not
 // thread-safe (an Endpoint is used by one thread at a time); the channel
 // makes progress only inside Post and Poll.
 #ifndef MESHPOOL_RDMA_UC_ENDPOINT_H_
 #define MESHPOOL_RDMA_UC_ENDPOINT_H_
+
+#include <poll.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -73,6 +76,7 @@ class UcEndpoint : public Endpoint {
   std::deque<Chunk> chunks_;          // sent, in order, not yet answered
   size_t outstanding_ = 0;            // work requests not yet completed
   std::deque<Completion> ready_;
+  std::vector<pollfd> poll_fds_;  // Wait's, kept to spare an allocation
 };
 
 }  // namespace meshpool::rdma::internal

@@ -10,6 +10,7 @@
 #ifndef MESHPOOL_RDMA_UC_LINK_H_
 #define MESHPOOL_RDMA_UC_LINK_H_
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -49,15 +50,26 @@ class UcLink {
   // closed, the device gone); it stays broken.
   virtual absl::Status Receive(FrameTaker take, int max) = 0;
 
-  // A descriptor poll(2) reports readable when frames may have arrived.
-  // Call PrepareWait() first, and sleep on it only when that returns true
-  // (false: frames arrived meanwhile; Receive them first).
-  virtual int wait_fd() const = 0;
+  // Appends the descriptors poll(2) reports readable when frames may have
+  // arrived. Call PrepareWait() first, and sleep on them only when that
+  // returns true (false: frames arrived meanwhile; Receive them first).
+  virtual void AddWaitFds(std::vector<pollfd>* fds) const = 0;
   virtual bool PrepareWait() = 0;
 
   // Waits up to `max` until every frame sent has left (a goodbye sent just
   // before the link is destroyed). No-op where sending is synchronous.
   virtual void AwaitSent(absl::Duration max) {}
+
+  // For a link shared by several channels (UcLinkMux): the session whose
+  // frames this view receives. Call before the channel's first frame.
+  virtual void BindSession(uint64_t session) {}
+  // The peer stopped answering on this link (or never did): no new channel
+  // may join it. Channels already on it keep it.
+  virtual void Abandon() {}
+  // Called just before a channel's goodbye: true when no other channel
+  // uses the link or will join it, so the peer may drop the link with the
+  // session (kUcByeLast).
+  virtual bool LastUser() { return true; }
 };
 
 // Applies injected faults (UcLinkFaults: drop, duplicate, corrupt) to
@@ -102,7 +114,9 @@ class UdpLink : public UcLink {
 
   bool Send(absl::Span<const uint8_t> frame) override;
   absl::Status Receive(FrameTaker take, int max) override;
-  int wait_fd() const override { return fd_.get(); }
+  void AddWaitFds(std::vector<pollfd>* fds) const override {
+    fds->push_back({fd_.get(), POLLIN, 0});
+  }
   bool PrepareWait() override { return true; }
 
  private:

@@ -5,7 +5,9 @@
 // an unknown session opens one only if the channel takes it as valid (its
 // checksum holds) and there is room; a session stays bound to the address
 // or link that opened it, so frames naming it from elsewhere are dropped.
-// A link carries one session: a second session id on it is dropped.
+// A link carries the sessions of one client's lanes (at most
+// kMaxUcSessionsPerLink); it is dropped when it breaks, when its last lane
+// says kUcByeLast, or kUcLinkUnusedTimeout after its last session ended.
 //
 // Requests run in the order their channel delivers them, each checked
 // before it touches memory. A READ's bytes are copied into the channel when
@@ -126,7 +128,7 @@ void UcResponder::Wait(absl::Time until) {
     if (entry.broken) continue;
     // False: frames arrived since the drain; take them before sleeping.
     if (!raw->PrepareWait()) left = absl::ZeroDuration();
-    poll_fds_.push_back({raw->wait_fd(), POLLIN, 0});
+    raw->AddWaitFds(&poll_fds_);
   }
   // ppoll: a deadline under a millisecond away must not turn into a spin.
   const timespec ts = absl::ToTimespec(left);
@@ -170,7 +172,7 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
     LinkEntry* entry = nullptr;
     if (from.link != nullptr) {
       entry = &links_.at(from.link);
-      if (entry->has_session) return;  // one session per link
+      if (entry->sessions >= kMaxUcSessionsPerLink) return;
     }
     Session& s = sessions_[id];
     s.link = from.link;
@@ -202,7 +204,7 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
       sessions_.erase(id);  // not a frame of ours
       return;
     }
-    if (entry != nullptr) entry->has_session = true;
+    if (entry != nullptr) ++entry->sessions;
     return;
   }
   Session& s = it->second;
@@ -224,8 +226,9 @@ void UcResponder::Handle(Session& s, const std::vector<uint8_t>& message) {
       (void)s.channel->Send({Bytes(&magic, sizeof(magic))});
       return;
     }
-    if (magic == kUcBye) {
+    if (magic == kUcBye || magic == kUcByeLast) {
       s.done = true;
+      s.last_on_link = magic == kUcByeLast;
       return;
     }
   }
@@ -285,8 +288,13 @@ absl::Time UcResponder::PumpAll(absl::Time now) {
     if (s.closing && s.channel->idle()) s.done = true;  // denial delivered
     if (s.channel->idle() && now - s.last_frame > kUcSessionIdle) s.done = true;
     if (s.done) {
-      // Its link (if any) goes too: one link, one client endpoint.
-      if (s.link != nullptr) links_.at(s.link).broken = true;
+      if (s.link != nullptr) {
+        LinkEntry& entry = links_.at(s.link);
+        --entry.sessions;
+        entry.unused_since = now;
+        // The client's last lane closed: it holds the link no more.
+        if (s.last_on_link) entry.broken = true;
+      }
       it = sessions_.erase(it);
       continue;
     }
@@ -300,7 +308,7 @@ void UcResponder::DropLinks(absl::Time now) {
   for (auto it = links_.begin(); it != links_.end();) {
     LinkEntry& entry = it->second;
     const bool unused =
-        !entry.has_session && now - entry.added > kUcLinkUnusedTimeout;
+        entry.sessions == 0 && now - entry.unused_since > kUcLinkUnusedTimeout;
     // A broken link's session was ended by PumpAll (which runs first).
     if (entry.broken || unused) {
       it = links_.erase(it);

@@ -1,8 +1,9 @@
 // meshpool/rdma internal: the uc backend's node side. Serves one-sided
 // READ/WRITE/CAS/FAA on the memory of one RegionRegistry to every client
 // session that reaches it, each over its own UcChannel: sessions on its UDP
-// socket (many clients, told apart by address and session id), and one
-// session on each link handed to it (a UC QP, one per client endpoint).
+// socket (many clients, told apart by address and session id), and the
+// sessions on each link handed to it (a UC QP, one per client transport and
+// device, carrying that client's lanes: rdma/uc_link_mux.h).
 //
 // One thread polls the socket and the links, feeds each frame to its
 // session's channel, executes the requests the channels deliver (checked
@@ -10,9 +11,11 @@
 // and pumps the channels. Sessions end on a goodbye, a malformed request
 // (at once, unanswered), a refused one (once its denial is acknowledged), a
 // silent peer (the channel's liveness), a broken link, or kUcSessionIdle
-// without a frame; at most kMaxUcSessions live at once. A link's session
-// ending destroys the link; a link no session opens within
-// kUcLinkUnusedTimeout is destroyed too. Thread-safe: the public operations
+// without a frame; at most kMaxUcSessions live at once, and
+// kMaxUcSessionsPerLink on one link. A link is destroyed when it breaks,
+// when its last session ends with kUcByeLast (the client's last lane on it
+// closed), or kUcLinkUnusedTimeout after it last had no session (or was
+// handed over and never used). Thread-safe: the public operations
 // are Create, AddLink, address() and destruction (which joins the thread).
 #ifndef MESHPOOL_RDMA_UC_RESPONDER_H_
 #define MESHPOOL_RDMA_UC_RESPONDER_H_
@@ -43,6 +46,9 @@
 namespace meshpool::rdma::internal {
 
 inline constexpr size_t kMaxUcSessions = 1024;
+inline constexpr size_t kMaxUcSessionsPerLink = 64;
+static_assert(kMaxUcSessionsPerLink >= kUcLanesPerLink);
+static_assert(kMaxUcSessionsPerLink <= kMaxUcSessions);
 inline constexpr absl::Duration kUcSessionIdle = absl::Seconds(60);
 inline constexpr absl::Duration kUcLinkUnusedTimeout = absl::Seconds(10);
 
@@ -55,7 +61,7 @@ class UcResponder {
       absl::string_view bind, const UcOptions& options,
       std::shared_ptr<const RegionRegistry> registry);
   // A responder without a socket, serving only the links AddLink hands it;
-  // `address` is what address() reports ("uc://NAME").
+  // `address` is what address() reports ("uc://NAME/INSTANCE").
   static absl::StatusOr<std::unique_ptr<UcResponder>> CreateForLinks(
       std::string address, const UcOptions& options,
       std::shared_ptr<const RegionRegistry> registry);
@@ -63,7 +69,7 @@ class UcResponder {
   UcResponder& operator=(const UcResponder&) = delete;
   ~UcResponder();
 
-  // "uc://host:port" with the port actually bound, or "uc://NAME".
+  // "uc://host:port" with the port actually bound, or "uc://NAME/INSTANCE".
   const std::string& address() const { return address_; }
 
   // Serves the next session that opens on `link` (connected to one client
@@ -83,16 +89,17 @@ class UcResponder {
     socklen_t peer_len;
     std::optional<UcChannel> channel;
     absl::Time last_frame;
-    bool closing = false;  // refused a request: ends once acknowledged
-    bool done = false;     // ends now
+    bool closing = false;       // refused a request: ends once acknowledged
+    bool done = false;          // ends now
+    bool last_on_link = false;  // said kUcByeLast: its link goes with it
   };
   UcResponder(UniqueFd fd, WakePipe wake, std::string address,
               const UcOptions& options,
               std::shared_ptr<const RegionRegistry> registry);
   struct LinkEntry {
     std::unique_ptr<UcLink> link;
-    absl::Time added;
-    bool has_session = false;
+    absl::Time unused_since;  // when it was added or lost its last session
+    size_t sessions = 0;
     bool broken = false;
   };
   void Loop();

@@ -1,7 +1,10 @@
 // The uc Transport: registrations in a RegionRegistry, a UcResponder once
-// Listen() is called, UcEndpoints for Connect(), each on a UDP link or a UC
-// QP link (the devices opened on first need).
+// Listen() is called, UcEndpoints for Connect() on a view of the one link
+// (UDP socket or UC QP; the devices opened on first need) the transport
+// keeps to each node while any lane uses it.
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
@@ -14,6 +17,7 @@
 #include "rdma/uc.h"
 #include "rdma/uc_endpoint.h"
 #include "rdma/uc_link.h"
+#include "rdma/uc_link_mux.h"
 #include "rdma/uc_responder.h"
 #include "rdma/verbs_uc_link.h"
 
@@ -42,10 +46,15 @@ class UcTransport : public Transport {
     }
     if (options_.link == UcLinkKind::kVerbs) {
       MESHPOOL_ASSIGN_OR_RETURN(internal::VerbsUcLinks * links, LinksLocked());
+      // The instance tells apart the nodes of one host (they share its
+      // name) and a node from its restarted self: each gets its own links.
+      absl::BitGen gen;
+      const std::string address = absl::StrCat(
+          kScheme, links->self_name(), "/",
+          absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
       MESHPOOL_ASSIGN_OR_RETURN(
           responder_,
-          internal::UcResponder::CreateForLinks(
-              absl::StrCat(kScheme, links->self_name()), options_, registry_));
+          internal::UcResponder::CreateForLinks(address, options_, registry_));
     } else {
       MESHPOOL_ASSIGN_OR_RETURN(
           responder_, internal::UcResponder::Create(bind, options_, registry_));
@@ -75,7 +84,19 @@ class UcTransport : public Transport {
           absl::StrCat("malformed address '", peer_address,
                        "'; use uc://host:port or uc://NAME"));
     }
-    const absl::string_view rest = peer_address.substr(kScheme.size());
+    absl::string_view rest = peer_address.substr(kScheme.size());
+    if (const size_t slash = rest.find('/'); slash != absl::string_view::npos) {
+      const absl::string_view instance = rest.substr(slash + 1);
+      if (instance.size() != 16 ||
+          instance.find_first_not_of("0123456789abcdef") !=
+              absl::string_view::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed address '", peer_address,
+                         "'; use uc://host:port, uc://NAME or "
+                         "uc://NAME/INSTANCE (16 hex digits)"));
+      }
+      rest = rest.substr(0, slash);
+    }
     if (!rest.empty() &&
         rest.find_first_not_of("0123456789.") == absl::string_view::npos) {
       return absl::InvalidArgumentError(
@@ -83,38 +104,88 @@ class UcTransport : public Transport {
                        "': an IP address needs a port (uc://host:port); "
                        "uc://NAME names a node reached over UC queue pairs"));
     }
-    std::unique_ptr<internal::UcLink> link;
+    // A lane joins the transport's link to this node; the first one (or
+    // the first after the link was retired) makes it. A link the node no
+    // longer knows (it restarted, or dropped the link while idle) answers
+    // no hello: the lane is tried once more on a new link.
+    for (int attempt = 0;; ++attempt) {
+      bool joined = false;
+      MESHPOOL_ASSIGN_OR_RETURN(
+          std::unique_ptr<internal::UcLink> lane,
+          JoinLink(peer_address, rest, handshake, &joined));
+      absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+          internal::UcEndpoint::Open(std::move(lane), std::string(peer_address),
+                                     options_);
+      if (endpoint.ok() || !joined || attempt > 0) return endpoint;
+    }
+  }
+
+ private:
+  static constexpr absl::string_view kScheme = "uc://";
+
+  // The link shared by this transport's lanes to one node.
+  struct PeerLink {
+    absl::Mutex mu;  // held while the link is made: one handshake at a time
+    std::weak_ptr<internal::UcLinkMux> mux ABSL_GUARDED_BY(mu);
+  };
+
+  // A view of the link to `peer_address` (`rest` is what follows the
+  // scheme), making the link when there is none to join. `joined`: the
+  // link existed before.
+  absl::StatusOr<std::unique_ptr<internal::UcLink>> JoinLink(
+      absl::string_view peer_address, absl::string_view rest,
+      const Handshake& handshake, bool* joined) {
+    std::shared_ptr<PeerLink> slot;
+    {
+      absl::MutexLock lock(&mu_);
+      std::shared_ptr<PeerLink>& entry = peers_[std::string(peer_address)];
+      if (entry == nullptr) entry = std::make_shared<PeerLink>();
+      slot = entry;
+    }
+    absl::MutexLock lock(&slot->mu);
+    std::shared_ptr<internal::UcLinkMux> mux = slot->mux.lock();
+    if (mux != nullptr && !mux->retired()) {
+      absl::StatusOr<std::unique_ptr<internal::UcLink>> view = mux->Join();
+      if (view.ok()) {
+        *joined = true;
+        return view;
+      }
+    }
+    MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<internal::UcLink> link,
+                              NewLink(peer_address, rest, handshake));
+    mux = internal::UcLinkMux::Create(std::move(link));
+    slot->mux = mux;
+    return mux->Join();
+  }
+
+  // A link of its own to the node at `peer_address`.
+  absl::StatusOr<std::unique_ptr<internal::UcLink>> NewLink(
+      absl::string_view peer_address, absl::string_view rest,
+      const Handshake& handshake) {
     if (!rest.empty() && !absl::StrContains(rest, ':')) {
       internal::VerbsUcLinks* links;
       {
         absl::MutexLock lock(&mu_);
         MESHPOOL_ASSIGN_OR_RETURN(links, LinksLocked());
       }
-      MESHPOOL_ASSIGN_OR_RETURN(link, links->Connect(rest, handshake));
-    } else {
-      MESHPOOL_ASSIGN_OR_RETURN(internal::HostPort peer,
-                                internal::ParseHostPort(peer_address, kScheme));
-      if (peer.port == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("malformed address '", peer_address,
-                         "' (port 0); use uc://host:port"));
-      }
-      absl::StatusOr<std::unique_ptr<internal::UdpLink>> udp =
-          internal::UdpLink::Connect(peer, options_.frame_bytes,
-                                     options_.faults);
-      if (!udp.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot reach the uc responder at ", peer_address,
-                         ": ", udp.status().message()));
-      }
-      link = *std::move(udp);
+      return links->Connect(rest, handshake);
     }
-    return internal::UcEndpoint::Open(std::move(link),
-                                      std::string(peer_address), options_);
+    MESHPOOL_ASSIGN_OR_RETURN(internal::HostPort peer,
+                              internal::ParseHostPort(peer_address, kScheme));
+    if (peer.port == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed address '", peer_address,
+                       "' (port 0); use uc://host:port"));
+    }
+    absl::StatusOr<std::unique_ptr<internal::UdpLink>> udp =
+        internal::UdpLink::Connect(peer, options_.frame_bytes, options_.faults);
+    if (!udp.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the uc responder at ", peer_address, ": ",
+                       udp.status().message()));
+    }
+    return std::unique_ptr<internal::UcLink>(*std::move(udp));
   }
-
- private:
-  static constexpr absl::string_view kScheme = "uc://";
 
   // The UC QP devices, opened on first use.
   absl::StatusOr<internal::VerbsUcLinks*> LinksLocked()
@@ -137,6 +208,7 @@ class UcTransport : public Transport {
   const std::shared_ptr<internal::RegionRegistry> registry_;
   absl::Mutex mu_;
   std::shared_ptr<internal::VerbsUcLinks> links_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
   // Last: destroyed first, so no session outlives the transport.
   std::unique_ptr<internal::UcResponder> responder_ ABSL_GUARDED_BY(mu_);
 };

@@ -4,9 +4,10 @@
 // `recv_depth` receive frames, each frame_bytes long. Every receive frame is
 // posted while the QP is in INIT (before the peer can send), and posted
 // again as soon as its frame was handed up. The receive queue holds the
-// peer's whole window plus room for its acknowledgements, so a SEND finds a
-// receive unless the peer breaks the window (then it is lost, as any frame
-// may be, and the channel sends it again).
+// whole window, plus room for acknowledgements, of as many of the peer's
+// lanes as fit (kUcLanesPerLink; the lanes share the QP: rdma/uc_link_mux.h),
+// so a SEND finds a receive unless the peer breaks that (then it is lost,
+// as any frame may be, and the channel sends it again).
 //
 // Sends: a frame is copied into a free send frame and joins a chain of
 // work requests, posted with one doorbell by FlushSends (after a channel's
@@ -28,6 +29,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <utility>
@@ -52,9 +54,13 @@ constexpr int kPollBatch = 32;
 // call; a Thunderbolt controller into an MMIO write).
 constexpr size_t kMaxChain = 32;
 
-// Any window the channel allows fits Apple's work-request limit per QP.
+// Any window the channel allows fits Apple's work-request limit per QP,
+// for one lane at least; the default window fits every lane's.
 static_assert(UcReceiveDepth(kUcMaxWindowFrames) +
                   UcSendDepth(kUcMaxWindowFrames) <=
+              kThunderboltMaxWorkRequests);
+static_assert(kUcLanesPerLink * (UcReceiveDepth(kUcDefaultWindowFrames) +
+                                 UcSendDepth(kUcDefaultWindowFrames)) <=
               kThunderboltMaxWorkRequests);
 
 }  // namespace
@@ -158,7 +164,9 @@ class VerbsUcLink : public UcLink {
     return broken_;
   }
 
-  int wait_fd() const override { return channel_.fd(); }
+  void AddWaitFds(std::vector<pollfd>* fds) const override {
+    fds->push_back({channel_.fd(), POLLIN, 0});
+  }
 
   bool FlushSends() override { return PostChain(); }
 
@@ -370,18 +378,30 @@ absl::StatusOr<std::shared_ptr<VerbsUcLinks::State>> OpenState(
   MESHPOOL_ASSIGN_OR_RETURN(state->set,
                             DeviceSet::Open(options.verbs, thunderbolt));
   state->live.assign(state->set.devices.size(), 0);
-  state->recv_depth = UcReceiveDepth(options.window_frames);
-  state->send_depth = UcSendDepth(options.window_frames);
   if (thunderbolt) state->max_qps = kThunderboltMaxQpsPerDevice;
+  const uint32_t recv = UcReceiveDepth(options.window_frames);
+  const uint32_t send = UcSendDepth(options.window_frames);
+  uint32_t max_wr = thunderbolt ? kThunderboltMaxWorkRequests : UINT32_MAX;
   for (const auto& device : state->set.devices) {
-    const auto max_wr = static_cast<uint32_t>(device->attr.max_qp_wr);
-    if (state->recv_depth > max_wr || state->send_depth > max_wr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "UcOptions.window_frames ", options.window_frames, " needs ",
-          state->recv_depth, " receives per queue pair; ", device->name,
-          " allows ", max_wr, ": use a smaller window"));
-    }
+    max_wr = std::min(max_wr, static_cast<uint32_t>(device->attr.max_qp_wr));
   }
+  if (recv > max_wr || send > max_wr ||
+      (thunderbolt && recv + send > kThunderboltMaxWorkRequests)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UcOptions.window_frames ", options.window_frames, " needs ", recv,
+        " receives and ", send, " sends per queue pair; the devices (or the ",
+        UcProfileName(options.profile), " profile) allow ", max_wr,
+        ": use a smaller window"));
+  }
+  // Room for as many lanes' windows as fit (kUcLanesPerLink at most).
+  uint32_t lanes = kUcLanesPerLink;
+  while (lanes > 1 && (lanes * recv > max_wr || lanes * send > max_wr ||
+                       (thunderbolt &&
+                        lanes * (recv + send) > kThunderboltMaxWorkRequests))) {
+    --lanes;
+  }
+  state->recv_depth = lanes * recv;
+  state->send_depth = lanes * send;
   return state;
 }
 

@@ -49,7 +49,8 @@ class VerbsUcLinks {
   static absl::StatusOr<std::shared_ptr<VerbsUcLinks>> Open(UcOptions options);
   ~VerbsUcLinks();
 
-  // The name peers know this host by (the node's address is uc://NAME).
+  // The name peers know this host by (a node's address is
+  // uc://NAME/INSTANCE).
   const std::string& self_name() const;
 
   // Client: a link to the node named `peer`, set up through `handshake`.

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
@@ -273,7 +274,9 @@ HandshakeRouter::Route RouteTo(const std::unique_ptr<Transport>* node,
   return [node, address = std::move(address)](
              const std::string& to,
              const std::string& request) -> absl::StatusOr<std::string> {
-    if (*node == nullptr || to != address) {
+    // A uc node's address may carry its instance: uc://NAME/INSTANCE.
+    if (*node == nullptr ||
+        (to != address && !absl::StartsWith(to, absl::StrCat(address, "/")))) {
       return absl::UnavailableError(absl::StrCat("no node answers at ", to));
     }
     return (*node)->AcceptHandshake(request);

@@ -1,7 +1,9 @@
 // The uc backend beyond the transport contract, over UDP on loopback: bytes
 // cross heavy loss intact, a node that goes silent (a black-holing proxy
 // between client and node) fails requests Unavailable within dead_after
-// rather than hanging, and junk datagrams leave the responder serving.
+// rather than hanging, junk datagrams leave the responder serving, and a
+// transport's lanes to a node share one link from many threads (and make a
+// new one once the node went away).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,12 +15,14 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/uc.h"
@@ -45,7 +49,8 @@ uint16_t PortOf(const std::string& address) {  // "uc://127.0.0.1:N"
   return static_cast<uint16_t>(port);
 }
 
-// Forwards datagrams between one client and a node; black_hole drops all.
+// Forwards datagrams between one client socket and a node (replies go to
+// the socket that sent last); black_hole drops all.
 class UdpProxy {
  public:
   explicit UdpProxy(uint16_t node_port) : node_(Loopback(node_port)) {
@@ -63,6 +68,11 @@ class UdpProxy {
     ::close(fd_);
   }
   std::string address() const { return absl::StrCat("uc://127.0.0.1:", port_); }
+  // How many client sockets (source ports) sent through the proxy.
+  size_t client_sockets() {
+    absl::MutexLock lock(&mu_);
+    return client_ports_.size();
+  }
   std::atomic<bool> black_hole{false};
 
  private:
@@ -77,7 +87,11 @@ class UdpProxy {
                                    reinterpret_cast<sockaddr*>(&from), &len);
       if (n < 0 || black_hole) continue;
       const bool from_node = from.sin_port == node_.sin_port;
-      if (!from_node) client_ = from;
+      if (!from_node) {
+        client_ = from;
+        absl::MutexLock lock(&mu_);
+        client_ports_.insert(from.sin_port);
+      }
       const sockaddr_in& to = from_node ? client_ : node_;
       ::sendto(fd_, buf.data(), n, 0, reinterpret_cast<const sockaddr*>(&to),
                sizeof(to));
@@ -85,6 +99,8 @@ class UdpProxy {
   }
   const sockaddr_in node_;
   sockaddr_in client_{};
+  absl::Mutex mu_;
+  std::set<uint16_t> client_ports_ ABSL_GUARDED_BY(mu_);
   int fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -198,6 +214,84 @@ TEST_F(UcTest, JunkDatagramsLeaveTheResponderServing) {
   uint64_t word = 0;
   ASSERT_TRUE(Run(**ep, Request(Opcode::kRead, 1, &word, 8, 96)).ok());
   EXPECT_EQ(word >> 32, 42u) << "seed " << seed;
+}
+
+TEST_F(UcTest, LanesOnManyThreadsShareOneLinkAndKeepTheirBytes) {
+  const uint64_t seed = TestSeed();
+  UcOptions node, client;
+  node.faults = {.drop = 0.02, .duplicate = 0.01, .seed = seed};
+  client.faults = node.faults;
+  client.faults.seed = seed + 1;
+  Start(node, client);
+  UdpProxy proxy(PortOf(address_));
+  constexpr int kThreads = 6;
+  constexpr int kLanesPerThread = 2;  // 12 lanes: more than kUcLanesPerLink
+  constexpr size_t kSlice = kNodeBytes / (kThreads * kLanesPerThread);
+  std::vector<std::unique_ptr<Endpoint>> lanes;
+  for (int i = 0; i < kThreads * kLanesPerThread; ++i) {
+    auto ep = client_->Connect(proxy.address(), nullptr);
+    ASSERT_TRUE(ep.ok()) << "lane " << i << ": " << ep.status();
+    lanes.push_back(*std::move(ep));
+  }
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + 100 + t);
+      for (int round = 0; round < 20; ++round) {
+        const int lane = t * kLanesPerThread + round % kLanesPerThread;
+        const size_t base = static_cast<size_t>(lane) * kSlice;
+        const auto length = static_cast<uint32_t>(1 + rng() % (64 << 10));
+        const size_t offset = rng() % (kSlice - length);
+        std::vector<uint8_t> out(length), in(length);
+        for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+        if (!Run(*lanes[lane], Request(Opcode::kWrite, 2 * round, out.data(),
+                                       length, base + offset))
+                 .ok() ||
+            !Run(*lanes[lane], Request(Opcode::kRead, 2 * round + 1, in.data(),
+                                       length, base + offset))
+                 .ok()) {
+          ++failed;
+          return;
+        }
+        if (in != out) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0) << "seed " << seed;
+  EXPECT_EQ(wrong.load(), 0) << "seed " << seed;
+  // Every reply reached its lane through a proxy that answers only the
+  // socket that sent last: the lanes share one.
+  EXPECT_EQ(proxy.client_sockets(), 1u);
+}
+
+TEST_F(UcTest, ALaneAfterTheNodeWentAwayGetsANewLink) {
+  UcOptions options;
+  options.connect_timeout = absl::Seconds(1);
+  Start(options, options);
+  auto first = client_->Connect(address_, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const uint16_t port = PortOf(address_);
+  region_.reset();
+  node_.reset();  // the node goes away; `first` still holds the link
+  auto refused = client_->Connect(address_, nullptr);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  // The node comes back on its port: a lane gets there on a new link.
+  auto node = CreateUcTransport(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  node_ = *std::move(node);
+  auto region = node_->RegisterMemory(memory_.data(), memory_.size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  region_ = *std::move(region);
+  ASSERT_TRUE(node_->Listen(absl::StrCat("127.0.0.1:", port)).ok());
+  auto again = client_->Connect(address_, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status();
+  memory_[8] = 7;
+  uint64_t word = 0;
+  ASSERT_TRUE(Run(**again, Request(Opcode::kRead, 1, &word, 8, 8)).ok());
+  EXPECT_EQ(word, 7u);
 }
 
 TEST_F(UcTest, OptionsOutOfBoundsAreInvalidArgument) {

@@ -104,9 +104,11 @@ bool DiagnoseUc(const rdma::RdmaDeviceInfo& device,
     Add(findings, Severity::kInfo,
         absl::StrCat("thunderbolt profile: ", device.name, " serves at most ",
                      rdma::kThunderboltMaxQpsPerDevice,
-                     " UC queue pairs: that many client connections (lanes) "
-                     "over its cable at once, each posting ",
-                     needed, " work requests of 4 KiB frames"),
+                     " UC queue pairs: that many client processes (or "
+                     "peers) over its cable at once, each on one QP shared "
+                     "by its lanes and posting up to ",
+                     rdma::kUcLanesPerLink * needed,
+                     " work requests of 4 KiB frames"),
         "");
   }
   return ok;
