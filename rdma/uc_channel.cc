@@ -33,6 +33,13 @@
 // Whatever arrives makes an acknowledgement due; it rides on the next data
 // frame, or Pump sends it alone.
 //
+// Copies. A message is copied once, into the channel (Send: a READ's bytes
+// are taken when it executes); its frames are slices of it, each header
+// built on the stack, and the link gathers header and payload where it
+// sends from. A frame that arrives in order goes from the link's buffer
+// straight into the message being assembled; only a frame ahead of order
+// is copied to wait.
+//
 // Credits. A UC SEND that finds no posted receive is lost. The window is
 // the credit: the receiver posts more receives than one window of data
 // frames, so a well-behaved sender never overruns it; acknowledgement-only
@@ -120,9 +127,7 @@ absl::StatusOr<UcChannel> UcChannel::Create(Options options, FrameSink sink) {
 }
 
 UcChannel::UcChannel(Options options, FrameSink sink)
-    : options_(options), sink_(std::move(sink)) {
-  scratch_.reserve(options_.frame_bytes);
-}
+    : options_(options), sink_(std::move(sink)) {}
 
 absl::Status UcChannel::Fail(absl::Status status) {
   if (status_.ok()) status_ = std::move(status);
@@ -139,10 +144,10 @@ absl::Status UcChannel::Send(
         "uc channel: a message of ", total, " bytes is over the limit of ",
         options_.max_message_bytes));
   }
-  std::vector<uint8_t> message;
-  message.reserve(total);
+  auto message = std::make_shared<std::vector<uint8_t>>();
+  message->reserve(total);
   for (absl::Span<const uint8_t> p : parts)
-    message.insert(message.end(), p.begin(), p.end());
+    message->insert(message->end(), p.begin(), p.end());
   pending_.push_back(std::move(message));
   return absl::OkStatus();
 }
@@ -175,8 +180,7 @@ bool UcChannel::Emit(uint8_t type, uint8_t flags, uint32_t seq,
     const uint32_t bit = held - expected_ - 1;
     if (bit < kUcSackFrames) sack |= uint64_t{1} << bit;
   }
-  scratch_.resize(kUcFrameHeaderBytes + payload.size());
-  uint8_t* h = scratch_.data();
+  uint8_t h[kUcFrameHeaderBytes];
   Store<uint32_t>(h + kOffMagic, kMagic);
   h[kOffVersion] = kVersion;
   h[kOffType] = type;
@@ -188,11 +192,8 @@ bool UcChannel::Emit(uint8_t type, uint8_t flags, uint32_t seq,
   Store<uint64_t>(h + kOffSack, sack);
   Store<uint32_t>(h + kOffLength, static_cast<uint32_t>(payload.size()));
   Store<uint32_t>(h + kOffChecksum, Checksum(h, payload));
-  if (!payload.empty()) {
-    std::memcpy(h + kUcFrameHeaderBytes, payload.data(), payload.size());
-  }
   ack_due_ = false;
-  return sink_(scratch_);
+  return sink_({h, kUcFrameHeaderBytes}, payload);
 }
 
 void UcChannel::OnFrame(absl::Span<const uint8_t> frame, absl::Time now) {
@@ -222,8 +223,7 @@ void UcChannel::OnFrame(absl::Span<const uint8_t> frame, absl::Time now) {
   }
   heard_from_peer_ = now;
   if (type == kTypeData) {
-    TakeData(Load<uint32_t>(h + kOffSeq), h[kOffFlags],
-             std::vector<uint8_t>(payload.begin(), payload.end()));
+    TakeData(Load<uint32_t>(h + kOffSeq), h[kOffFlags], payload);
   }
 }
 
@@ -262,14 +262,15 @@ bool UcChannel::TakeAck(uint32_t ack, uint64_t sack, absl::Time now) {
 }
 
 void UcChannel::TakeData(uint32_t seq, uint8_t flags,
-                         std::vector<uint8_t> payload) {
+                         absl::Span<const uint8_t> payload) {
   ack_due_ = true;  // a duplicate too: the peer missed our acknowledgement
   if (SeqBefore(seq, expected_) || seq - expected_ >= options_.window_frames) {
     ++stats_.frames_dropped;
     return;
   }
   if (seq != expected_) {
-    ahead_.try_emplace(seq, flags, std::move(payload));
+    ahead_.try_emplace(seq, flags,
+                       std::vector<uint8_t>(payload.begin(), payload.end()));
     return;
   }
   Deliver(flags, payload);
@@ -339,28 +340,26 @@ absl::Status UcChannel::Pump(absl::Time now) {
       out.transmissions = probe->transmissions;
       continue;
     }
-    if (!Emit(kTypeData, out.flags, out.seq, out.payload)) return Fail(broken);
+    if (!Emit(kTypeData, out.flags, out.seq, out.payload())) {
+      return Fail(broken);
+    }
     out.sent_at = now;
     ++out.transmissions;
     ++stats_.frames_resent;
     if (!gap) probe = &out;
   }
   while (!pending_.empty() && unacked_.size() < options_.window_frames) {
-    const std::vector<uint8_t>& message = pending_.front();
+    const Message& message = pending_.front();
     const size_t n =
-        std::min(payload_bytes(), message.size() - pending_offset_);
+        std::min(payload_bytes(), message->size() - pending_offset_);
     uint8_t flags = 0;
     if (pending_offset_ == 0) flags |= kFlagFirst;
-    if (pending_offset_ + n == message.size()) flags |= kFlagLast;
-    Outgoing out{next_seq_,
-                 flags,
-                 std::vector<uint8_t>(message.begin() + pending_offset_,
-                                      message.begin() + pending_offset_ + n),
-                 now,
-                 now,
-                 1,
-                 false};
-    if (!Emit(kTypeData, out.flags, out.seq, out.payload)) return Fail(broken);
+    if (pending_offset_ + n == message->size()) flags |= kFlagLast;
+    Outgoing out{next_seq_, flags, message, pending_offset_, n, now,
+                 now,       1,     false};
+    if (!Emit(kTypeData, out.flags, out.seq, out.payload())) {
+      return Fail(broken);
+    }
     unacked_.push_back(std::move(out));
     ++next_seq_;
     ++stats_.frames_sent;

@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,10 +56,13 @@ inline constexpr uint32_t kUcMaxWindowFrames = 1024;
 inline constexpr uint32_t kUcSackFrames = 64;
 static_assert(kUcSackFrames <= kUcMaxWindowFrames);
 
-// Emits one frame on the link. The frame is valid only during the call.
-// Returns false when the link is broken (not when the frame is dropped: a
-// UC link cannot tell).
-using FrameSink = std::function<bool(absl::Span<const uint8_t> frame)>;
+// Emits one frame on the link: `header` (kUcFrameHeaderBytes) followed by
+// `payload` (perhaps empty), both valid only during the call, so that a
+// link gathers them where it sends from with no copy in between. Returns
+// false when the link is broken (not when the frame is dropped: a UC link
+// cannot tell).
+using FrameSink = std::function<bool(absl::Span<const uint8_t> header,
+                                     absl::Span<const uint8_t> payload)>;
 
 class UcChannel {
  public:
@@ -131,14 +135,21 @@ class UcChannel {
   const Stats& stats() const { return stats_; }
 
  private:
+  using Message = std::shared_ptr<const std::vector<uint8_t>>;
   struct Outgoing {  // a data frame sent and not yet acknowledged
     uint32_t seq;
     uint8_t flags;
-    std::vector<uint8_t> payload;
+    Message message;  // the frame's payload is a slice of it (no copy)
+    size_t offset;
+    size_t length;
     absl::Time sent_at;  // last transmission
     absl::Time first_sent_at;
     int transmissions;
     bool sacked;  // the peer holds it, out of order
+
+    absl::Span<const uint8_t> payload() const {
+      return {message->data() + offset, length};
+    }
   };
   UcChannel(Options options, FrameSink sink);
 
@@ -154,7 +165,9 @@ class UcChannel {
             absl::Span<const uint8_t> payload);
   // False when the acknowledgement names frames never sent (dropped).
   bool TakeAck(uint32_t ack, uint64_t sack, absl::Time now);
-  void TakeData(uint32_t seq, uint8_t flags, std::vector<uint8_t> payload);
+  // In order, `payload` is delivered from where it lies; ahead of order it
+  // is copied to wait.
+  void TakeData(uint32_t seq, uint8_t flags, absl::Span<const uint8_t> payload);
   void Deliver(uint8_t flags, absl::Span<const uint8_t> payload);
   absl::Status Fail(absl::Status status);
 
@@ -164,7 +177,7 @@ class UcChannel {
   Stats stats_;
 
   // Send direction.
-  std::deque<std::vector<uint8_t>> pending_;  // messages not yet framed
+  std::deque<Message> pending_;               // messages not yet framed
   size_t pending_offset_ = 0;                 // into pending_.front()
   uint32_t next_seq_ = 0;                     // of the next new frame
   std::deque<Outgoing> unacked_;              // in seq order
@@ -173,7 +186,6 @@ class UcChannel {
   bool any_sacked_ = false;
   std::optional<absl::Duration> srtt_;
   absl::Duration rttvar_ = absl::ZeroDuration();
-  std::vector<uint8_t> scratch_;  // the frame being emitted
 
   // Receive direction.
   uint32_t expected_ = 0;  // the next seq to deliver

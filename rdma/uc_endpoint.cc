@@ -46,8 +46,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
   raw->BindSession(session);
   MESHPOOL_ASSIGN_OR_RETURN(
       UcChannel channel, UcChannel::Create(ChannelOptions(options, session),
-                                           [raw](absl::Span<const uint8_t> f) {
-                                             return raw->Send(f);
+                                           [raw](absl::Span<const uint8_t> h,
+                                                 absl::Span<const uint8_t> p) {
+                                             return raw->Send(h, p);
                                            }));
   ep->channel_.emplace(std::move(channel));
   const uint32_t hello = kUcHello;

@@ -1,6 +1,8 @@
 // The uc backend's UDP link and the fault injection every link applies.
 #include "rdma/uc_link.h"
 
+#include <sys/uio.h>
+
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -8,34 +10,47 @@
 
 namespace meshpool::rdma::internal {
 
-bool FrameFaults::Apply(
-    absl::Span<const uint8_t> frame,
-    absl::FunctionRef<bool(absl::Span<const uint8_t>)> send) {
+bool FrameFaults::Apply(absl::Span<const uint8_t> header,
+                        absl::Span<const uint8_t> payload, FrameParts send) {
   std::uniform_real_distribution<double> roll(0, 1);
   if (faults_.drop > 0 && roll(rng_) < faults_.drop) return true;
-  absl::Span<const uint8_t> out = frame;
-  if (faults_.corrupt > 0 && roll(rng_) < faults_.corrupt && !frame.empty()) {
-    corrupted_.assign(frame.begin(), frame.end());
-    corrupted_[rng_() % corrupted_.size()] ^=
-        static_cast<uint8_t>(1 + rng_() % 255);
-    out = corrupted_;
+  absl::Span<const uint8_t> h = header, p = payload;
+  const size_t size = header.size() + payload.size();
+  if (faults_.corrupt > 0 && roll(rng_) < faults_.corrupt && size > 0) {
+    corrupted_.assign(header.begin(), header.end());
+    corrupted_.insert(corrupted_.end(), payload.begin(), payload.end());
+    corrupted_[rng_() % size] ^= static_cast<uint8_t>(1 + rng_() % 255);
+    h = corrupted_;
+    p = {};
   }
-  if (!send(out)) return false;
-  if (faults_.duplicate > 0 && roll(rng_) < faults_.duplicate) return send(out);
+  if (!send(h, p)) return false;
+  if (faults_.duplicate > 0 && roll(rng_) < faults_.duplicate) {
+    return send(h, p);
+  }
   return true;
 }
 
-bool UdpFrameSender::Send(absl::Span<const uint8_t> frame, const sockaddr* to,
+bool UdpFrameSender::Send(absl::Span<const uint8_t> header,
+                          absl::Span<const uint8_t> payload, const sockaddr* to,
                           socklen_t to_len) {
-  return faults_.Apply(frame, [&](absl::Span<const uint8_t> f) {
-    ssize_t sent;
-    do {
-      sent = ::sendto(fd_, f.data(), f.size(), MSG_NOSIGNAL, to, to_len);
-    } while (sent < 0 && errno == EINTR);
-    // EAGAIN / ENOBUFS: the buffer is full, the frame is lost (the channel
-    // sends it again). ECONNREFUSED: an earlier frame found no one there.
-    return !(sent < 0 && errno == ECONNREFUSED);
-  });
+  return faults_.Apply(
+      header, payload,
+      [&](absl::Span<const uint8_t> h, absl::Span<const uint8_t> p) {
+        iovec iov[2] = {{const_cast<uint8_t*>(h.data()), h.size()},
+                        {const_cast<uint8_t*>(p.data()), p.size()}};
+        msghdr msg{};
+        msg.msg_name = const_cast<sockaddr*>(to);
+        msg.msg_namelen = to_len;
+        msg.msg_iov = iov;
+        msg.msg_iovlen = p.empty() ? 1 : 2;
+        ssize_t sent;
+        do {
+          sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+        } while (sent < 0 && errno == EINTR);
+        // EAGAIN / ENOBUFS: the buffer is full, the frame is lost (the channel
+        // sends it again). ECONNREFUSED: an earlier frame found no one there.
+        return !(sent < 0 && errno == ECONNREFUSED);
+      });
 }
 
 absl::StatusOr<std::unique_ptr<UdpLink>> UdpLink::Connect(
@@ -45,8 +60,9 @@ absl::StatusOr<std::unique_ptr<UdpLink>> UdpLink::Connect(
       new UdpLink(std::move(fd), frame_bytes, faults));
 }
 
-bool UdpLink::Send(absl::Span<const uint8_t> frame) {
-  return sender_.Send(frame);
+bool UdpLink::Send(absl::Span<const uint8_t> header,
+                   absl::Span<const uint8_t> payload) {
+  return sender_.Send(header, payload);
 }
 
 absl::Status UdpLink::Receive(FrameTaker take, int max) {

@@ -30,17 +30,22 @@ namespace meshpool::rdma::internal {
 
 // Receives one frame; the bytes are valid only during the call.
 using FrameTaker = absl::FunctionRef<void(absl::Span<const uint8_t>)>;
+// Sends one frame given as its header and payload (either may be empty).
+using FrameParts = absl::FunctionRef<bool(absl::Span<const uint8_t> header,
+                                          absl::Span<const uint8_t> payload)>;
 
 class UcLink {
  public:
   virtual ~UcLink() = default;
 
-  // Sends one frame (copied). False when the link is broken for good; a
-  // frame the link had no room for is lost silently (true), as on a wire.
-  // A link may hold frames back to post them together: call FlushSends()
-  // after a burst (a channel's Pump). REQUIRES: frame.size() <= the frame
+  // Sends one frame, `header` then `payload` (gathered, copied at most
+  // once). False when the link is broken for good; a frame the link had no
+  // room for is lost silently (true), as on a wire. A link may hold frames
+  // back to post them together: call FlushSends() after a burst (a
+  // channel's Pump). REQUIRES: header.size() + payload.size() <= the frame
   // size the link was made for.
-  virtual bool Send(absl::Span<const uint8_t> frame) = 0;
+  virtual bool Send(absl::Span<const uint8_t> header,
+                    absl::Span<const uint8_t> payload) = 0;
   // Posts the frames Send held back, with one doorbell. False when the
   // link is broken for good.
   virtual bool FlushSends() { return true; }
@@ -78,10 +83,10 @@ class FrameFaults {
  public:
   explicit FrameFaults(const UcLinkFaults& faults)
       : faults_(faults), rng_(faults.seed) {}
-  // Sends `frame` through `send` zero, one or two times, perhaps changed.
-  // Returns false when a `send` did.
-  bool Apply(absl::Span<const uint8_t> frame,
-             absl::FunctionRef<bool(absl::Span<const uint8_t>)> send);
+  // Sends the frame `header` + `payload` through `send` zero, one or two
+  // times, perhaps changed. Returns false when a `send` did.
+  bool Apply(absl::Span<const uint8_t> header,
+             absl::Span<const uint8_t> payload, FrameParts send);
 
  private:
   UcLinkFaults faults_;
@@ -95,10 +100,11 @@ class UdpFrameSender {
  public:
   UdpFrameSender(int fd, const UcLinkFaults& faults)
       : fd_(fd), faults_(faults) {}
-  // False when the socket reports the peer gone (ECONNREFUSED); a full
-  // buffer drops the frame, as a UC link would.
-  bool Send(absl::Span<const uint8_t> frame, const sockaddr* to = nullptr,
-            socklen_t to_len = 0);
+  // Sends `header` + `payload` as one datagram. False when the socket
+  // reports the peer gone (ECONNREFUSED); a full buffer drops the frame,
+  // as a UC link would.
+  bool Send(absl::Span<const uint8_t> header, absl::Span<const uint8_t> payload,
+            const sockaddr* to = nullptr, socklen_t to_len = 0);
 
  private:
   int fd_;
@@ -112,7 +118,8 @@ class UdpLink : public UcLink {
   static absl::StatusOr<std::unique_ptr<UdpLink>> Connect(
       const HostPort& peer, size_t frame_bytes, const UcLinkFaults& faults);
 
-  bool Send(absl::Span<const uint8_t> frame) override;
+  bool Send(absl::Span<const uint8_t> header,
+            absl::Span<const uint8_t> payload) override;
   absl::Status Receive(FrameTaker take, int max) override;
   void AddWaitFds(std::vector<pollfd>* fds) const override {
     fds->push_back({fd_.get(), POLLIN, 0});

@@ -57,9 +57,10 @@ class MuxView : public UcLink {
     mux_->by_session_[session] = this;
   }
 
-  bool Send(absl::Span<const uint8_t> frame) override {
+  bool Send(absl::Span<const uint8_t> header,
+            absl::Span<const uint8_t> payload) override {
     absl::MutexLock lock(&mux_->mu_);
-    return mux_->broken_.ok() && mux_->link_->Send(frame);
+    return mux_->broken_.ok() && mux_->link_->Send(header, payload);
   }
 
   bool FlushSends() override {

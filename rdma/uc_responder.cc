@@ -184,14 +184,18 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
         from.link != nullptr
             ? UcChannel::Create(
                   channel_options,
-                  [link = from.link](absl::Span<const uint8_t> f) {
-                    return link->Send(f);
+                  [link = from.link](absl::Span<const uint8_t> h,
+                                     absl::Span<const uint8_t> p) {
+                    return link->Send(h, p);
                   })
             : UcChannel::Create(
-                  channel_options, [this, p = &s](absl::Span<const uint8_t> f) {
+                  channel_options,
+                  [this, peer = &s](absl::Span<const uint8_t> h,
+                                    absl::Span<const uint8_t> p) {
                     // One peer gone must not fail the socket: true.
-                    sender_.Send(f, reinterpret_cast<const sockaddr*>(&p->peer),
-                                 p->peer_len);
+                    sender_.Send(h, p,
+                                 reinterpret_cast<const sockaddr*>(&peer->peer),
+                                 peer->peer_len);
                     return true;
                   });
     if (!channel.ok()) {

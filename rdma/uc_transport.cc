@@ -232,7 +232,9 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcTransport(
   // The channel's own checks, once, here rather than per connection.
   internal::UcChannel::Options channel = internal::ChannelOptions(options, 0);
   absl::StatusOr<internal::UcChannel> probe = internal::UcChannel::Create(
-      channel, [](absl::Span<const uint8_t>) { return true; });
+      channel, [](absl::Span<const uint8_t>, absl::Span<const uint8_t>) {
+        return true;
+      });
   if (!probe.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("UcOptions: ", probe.status().message()));

@@ -145,10 +145,14 @@ class VerbsUcLink : public UcLink {
     return qp_.ConnectUc(p);
   }
 
-  bool Send(absl::Span<const uint8_t> frame) override {
+  bool Send(absl::Span<const uint8_t> header,
+            absl::Span<const uint8_t> payload) override {
     if (!broken_.ok()) return false;
     return faults_.Apply(
-        frame, [this](absl::Span<const uint8_t> f) { return PostSend(f); });
+        header, payload,
+        [this](absl::Span<const uint8_t> h, absl::Span<const uint8_t> p) {
+          return PostSend(h, p);
+        });
   }
 
   absl::Status Receive(FrameTaker take, int max) override {
@@ -222,8 +226,9 @@ class VerbsUcLink : public UcLink {
     return VerbsStatus(ibv_post_recv(qp_.get(), &wr, &bad), "ibv_post_recv");
   }
 
-  // Copies `frame` into a free send frame and chains it.
-  bool PostSend(absl::Span<const uint8_t> frame) {
+  // Copies `header` and `payload` into a free send frame and chains it.
+  bool PostSend(absl::Span<const uint8_t> header,
+                absl::Span<const uint8_t> payload) {
     if (free_sends_.empty()) {
       // Completions free send frames; chained ones must be posted first.
       if (!PostChain()) return false;
@@ -233,9 +238,14 @@ class VerbsUcLink : public UcLink {
     if (free_sends_.empty()) return true;  // every frame taken: lost
     const uint32_t i = free_sends_.back();
     free_sends_.pop_back();
-    std::memcpy(SendFrame(i), frame.data(), frame.size());
-    chain_sge_.push_back({reinterpret_cast<uint64_t>(SendFrame(i)),
-                          static_cast<uint32_t>(frame.size()), mr_.lkey()});
+    uint8_t* out = SendFrame(i);
+    if (!header.empty()) std::memcpy(out, header.data(), header.size());
+    if (!payload.empty()) {
+      std::memcpy(out + header.size(), payload.data(), payload.size());
+    }
+    chain_sge_.push_back({reinterpret_cast<uint64_t>(out),
+                          static_cast<uint32_t>(header.size() + payload.size()),
+                          mr_.lkey()});
     ibv_send_wr& wr = chain_.emplace_back();
     wr = {};
     wr.wr_id = kSendTag | i;

@@ -84,9 +84,12 @@ class Link {
     std::vector<uint8_t> bytes;
   };
   UcChannel Make(UcChannel::Options options, int side) {
-    auto made =
-        UcChannel::Create(options, [this, side](absl::Span<const uint8_t> f) {
-          Transmit(side, f);
+    auto made = UcChannel::Create(
+        options,
+        [this, side](absl::Span<const uint8_t> h, absl::Span<const uint8_t> p) {
+          std::vector<uint8_t> frame(h.begin(), h.end());
+          frame.insert(frame.end(), p.begin(), p.end());
+          Transmit(side, frame);
           return true;
         });
     EXPECT_TRUE(made.ok()) << made.status();
@@ -299,7 +302,9 @@ TEST(UcChannelTest, FramesThatAreNotFramesAreDropped) {
 }
 
 TEST(UcChannelTest, CreateRefusesOptionsOutOfBounds) {
-  auto sink = [](absl::Span<const uint8_t>) { return true; };
+  auto sink = [](absl::Span<const uint8_t>, absl::Span<const uint8_t>) {
+    return true;
+  };
   UcChannel::Options o;
   o.frame_bytes = kUcFrameHeaderBytes;
   EXPECT_EQ(UcChannel::Create(o, sink).status().code(),
@@ -318,7 +323,8 @@ TEST(UcChannelTest, CreateRefusesOptionsOutOfBounds) {
 
 TEST(UcChannelTest, ABrokenLinkFailsUnavailable) {
   auto made =
-      UcChannel::Create({}, [](absl::Span<const uint8_t>) { return false; });
+      UcChannel::Create({}, [](absl::Span<const uint8_t>,
+                               absl::Span<const uint8_t>) { return false; });
   ASSERT_TRUE(made.ok());
   const std::vector<uint8_t> m(10, 1);
   ASSERT_TRUE(SendOne(*made, m).ok());
