@@ -102,9 +102,14 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
       l.slab_area_offset(), l.slab_bytes(),      l.slab_count(),
       l.slab_meta_offset(), l.pin_area_offset(), l.pin_sessions(),
       l.pins_per_session()};
-  if (conn->layout_.bucket_count == 0 || conn->layout_.slab_bytes == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", info.node_id(), " registered an empty pool layout"));
+  // Checked before anything is sized by it: a hostile or broken node must
+  // not make its clients allocate without bound or address outside its pool.
+  if (absl::Status valid =
+          format::ValidateLayout(conn->layout_, info.pool().length());
+      !valid.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", info.node_id(), " (", info.control_address(),
+                     ") registered a bad pool layout: ", valid.message()));
   }
   conn->touched_ms_.reset(new std::atomic<int64_t>[conn->layout_.slab_count]());
   conn->stub_ = proto::Node::NewStub(grpc::CreateChannel(

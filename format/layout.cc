@@ -160,6 +160,63 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
   return layout;
 }
 
+absl::Status ValidateLayout(const PoolLayout& l, uint64_t pool_length) {
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool layout of ", l.pool_bytes, " bytes (region of ",
+                     pool_length, " bytes): ", what,
+                     "; the node is misconfigured or not a meshpool "
+                     "node: refusing to use it"));
+  };
+  if (l.pool_bytes == 0 || l.pool_bytes > kMaxPoolBytes) {
+    return bad(absl::StrCat("pool_bytes is outside 1..", kMaxPoolBytes));
+  }
+  if (l.pool_bytes > pool_length) {
+    return bad("pool_bytes exceeds the registered region");
+  }
+  // Each area [offset, offset + count * unit) must start where the one
+  // before it ended (or later) and end inside the pool; the counts are
+  // bounded by division first, so no product overflows.
+  uint64_t end = kSuperblockBytes;
+  auto area = [&](uint64_t offset, uint64_t count, uint64_t unit,
+                  absl::string_view name) -> absl::Status {
+    if (offset < end || offset > l.pool_bytes || offset % kObjectAlign != 0) {
+      return bad(absl::StrCat(name, " starts at ", offset,
+                              ", overlapping the area before it, outside the "
+                              "pool, or unaligned"));
+    }
+    if (unit != 0 && count > (l.pool_bytes - offset) / unit) {
+      return bad(absl::StrCat(name, " of ", count, " x ", unit,
+                              " bytes does not fit the pool"));
+    }
+    end = offset + count * unit;
+    return absl::OkStatus();
+  };
+  if (l.bucket_count == 0) return bad("no index buckets");
+  if (l.slab_bytes < 4096 || l.slab_bytes % kObjectAlign != 0) {
+    return bad(absl::StrCat("slab_bytes ", l.slab_bytes,
+                            " is under 4KiB or not a multiple of ",
+                            kObjectAlign));
+  }
+  if (l.slab_count < 2) return bad("fewer than two slabs");
+  if (l.pins_per_session > kMaxPinsPerSession ||
+      (l.pin_sessions > 0 && l.pins_per_session == 0)) {
+    return bad(
+        absl::StrCat("pins_per_session is outside 1..", kMaxPinsPerSession));
+  }
+  absl::Status s = area(l.index_offset, l.bucket_count, kBucketBytes, "index");
+  if (s.ok()) {
+    s = area(l.slab_meta_offset, l.slab_count, kSlabMetaBytes, "slab table");
+  }
+  if (s.ok()) {
+    // pin_sessions x pins_per_session entries, bounded one factor at a time.
+    const uint64_t per_session = l.pins_per_session * kPinEntryBytes;
+    s = area(l.pin_area_offset, l.pin_sessions, per_session, "pin area");
+  }
+  if (s.ok()) s = area(l.slab_area_offset, l.slab_count, l.slab_bytes, "slabs");
+  return s;
+}
+
 KeyHash HashKey(absl::string_view key) {
   XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
   return {h.low64, h.high64};

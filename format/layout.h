@@ -158,6 +158,15 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
                                          uint32_t pin_sessions = 0,
                                          uint32_t pins_per_session = 0);
 
+// Checks a layout that came from elsewhere (a node's registration, through
+// the cluster map) before anything is sized or addressed by it: every area
+// (index, slab table, pin area, slabs) inside a pool of at most
+// kMaxPoolBytes and `pool_length` (the length of the region the node
+// registered), in ComputeLayout's order and without overlap, with at least
+// two slabs of a valid size. InvalidArgument naming the first field that
+// does not hold.
+absl::Status ValidateLayout(const PoolLayout& layout, uint64_t pool_length);
+
 // 128-bit XXH3 of the key bytes.
 struct KeyHash {
   uint64_t lo = 0;

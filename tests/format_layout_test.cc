@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <random>
@@ -63,6 +64,58 @@ TEST(FormatLayout, ComputeLayoutRejectsPoolTooSmallForIndexAndTwoSlabs) {
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(64 << 10);
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("larger pool"), std::string::npos);
+}
+
+TEST(FormatLayout, ValidateLayoutAcceptsEveryComputedLayout) {
+  for (uint64_t pool : {uint64_t{8} << 20, uint64_t{64} << 20,
+                        uint64_t{3} << 30, uint64_t{1} << 40}) {
+    for (uint64_t slab : {uint64_t{0}, uint64_t{1} << 20}) {
+      absl::StatusOr<format::PoolLayout> l = format::ComputeLayout(pool, slab);
+      ASSERT_TRUE(l.ok()) << pool << ": " << l.status();
+      EXPECT_TRUE(format::ValidateLayout(*l, pool).ok())
+          << pool << ": " << format::ValidateLayout(*l, pool);
+    }
+  }
+}
+
+TEST(FormatLayout, ValidateLayoutRefusesLayoutsThatDoNotFitTheirPool) {
+  absl::StatusOr<format::PoolLayout> good = format::ComputeLayout(64 << 20);
+  ASSERT_TRUE(good.ok());
+  const uint64_t pool = good->pool_bytes;
+  struct Case {
+    const char* what;
+    std::function<void(format::PoolLayout&)> change;
+    uint64_t region = 0;  // 0: the pool's own length
+  };
+  const Case cases[] = {
+      {"slab count in the trillions",
+       [](format::PoolLayout& l) { l.slab_count = uint64_t{1} << 40; }},
+      {"slabs past the pool's end",
+       [](format::PoolLayout& l) { l.slab_count += 1; }},
+      {"an index whose size overflows",
+       [](format::PoolLayout& l) { l.bucket_count = ~uint64_t{0} / 8; }},
+      {"the slab table inside the index",
+       [](format::PoolLayout& l) { l.slab_meta_offset = l.index_offset; }},
+      {"a pool larger than its region", [](format::PoolLayout&) {}, pool / 2},
+      {"a pool beyond slot addressing",
+       [](format::PoolLayout& l) { l.pool_bytes = format::kMaxPoolBytes * 2; },
+       format::kMaxPoolBytes * 2},
+      {"zero slab bytes", [](format::PoolLayout& l) { l.slab_bytes = 0; }},
+      {"unaligned slabs",
+       [](format::PoolLayout& l) { l.slab_area_offset += 8; }},
+      {"pin tables in the trillions",
+       [](format::PoolLayout& l) { l.pin_sessions = uint64_t{1} << 40; }},
+      {"no buckets", [](format::PoolLayout& l) { l.bucket_count = 0; }},
+  };
+  for (const Case& c : cases) {
+    format::PoolLayout l = *good;
+    c.change(l);
+    const absl::Status s =
+        format::ValidateLayout(l, c.region != 0 ? c.region : pool);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(s.message().find("refusing to use it"), std::string::npos)
+        << c.what << ": " << s;
+  }
 }
 
 TEST(FormatLayout, ComputeLayoutRejectsUnalignedSlabSize) {

@@ -8,12 +8,14 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -231,6 +233,70 @@ TEST(ClientFailureTest, KilledClientLeavesTheNodesIdle) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Put("after", "the kill").ok());
   EXPECT_EQ(*client->Get("after"), "the kill");
+}
+
+TEST(HostileNodeTest, ALayoutThatDoesNotFitItsPoolIsRefusedAndOthersServe) {
+  tools::LocalClusterOptions options;
+  options.nodes = 2;
+  options.capacity_bytes = 32 << 20;
+  auto cluster = StartCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  auto coordinator =
+      placement::CoordinatorClient::Connect(cluster->coordinator_address());
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  // Anyone who reaches the coordinator can register a node (issue 13 is
+  // about refusing that); this one claims a trillion slabs, which clients
+  // once allocated a table for, and died.
+  proto::NodeInfo fake;
+  fake.set_node_id("fake");
+  fake.set_incarnation(1);
+  fake.set_capacity_bytes(32 << 20);
+  fake.set_control_address("127.0.0.1:1");
+  fake.add_transport_addresses("tcp://127.0.0.1:1");
+  fake.mutable_pool()->set_addr(0x10000);
+  fake.mutable_pool()->set_rkey(7);
+  fake.mutable_pool()->set_length(32 << 20);
+  absl::StatusOr<format::PoolLayout> real = format::ComputeLayout(32 << 20);
+  ASSERT_TRUE(real.ok());
+  proto::PoolLayout* l = fake.mutable_layout();
+  l->set_pool_bytes(real->pool_bytes);
+  l->set_index_offset(real->index_offset);
+  l->set_bucket_count(real->bucket_count);
+  l->set_slab_area_offset(real->slab_area_offset);
+  l->set_slab_bytes(real->slab_bytes);
+  l->set_slab_count(uint64_t{1} << 40);
+  l->set_slab_meta_offset(real->slab_meta_offset);
+  l->set_pin_area_offset(real->pin_area_offset);
+  l->set_pin_sessions(real->pin_sessions);
+  l->set_pins_per_session(real->pins_per_session);
+  ASSERT_TRUE((*coordinator)->RegisterNode(fake).ok());
+
+  auto client = ConnectClient(cluster->coordinator_address());
+  ASSERT_NE(client, nullptr);
+  auto map = (*coordinator)->GetClusterMap();
+  ASSERT_TRUE(map.ok());
+  int refused = 0, served = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::string key = absl::StrCat("hostile-", i);
+    format::KeyHash h = format::HashKey(key);
+    const bool on_fake =
+        map->nodes(placement::HomeNode(*map, h.lo, h.hi)).info().node_id() ==
+        "fake";
+    const absl::Status put = client->Put(key, "value");
+    if (on_fake) {
+      EXPECT_EQ(put.code(), absl::StatusCode::kFailedPrecondition) << put;
+      EXPECT_TRUE(absl::StrContains(put.message(), "bad pool layout")) << put;
+      ++refused;
+    } else {
+      ASSERT_TRUE(put.ok()) << key << ": " << put;
+      EXPECT_EQ(*client->Get(key), "value");
+      ++served;
+    }
+  }
+  std::cout << refused << " keys homed on the fake node refused, " << served
+            << " served by the real ones" << std::endl;
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(served, 0);
 }
 
 TEST(NodeFailureTest, KilledNodeLosesOnlyItsKeysAndNothingCrashes) {
