@@ -2,6 +2,8 @@
 // Listen() is called, UcEndpoints for Connect() on a view of the one link
 // (UDP socket or UC QP; the devices opened on first need) the transport
 // keeps to each node while any lane uses it.
+#include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -138,9 +140,15 @@ class UcTransport : public Transport {
     std::shared_ptr<PeerLink> slot;
     {
       absl::MutexLock lock(&mu_);
-      std::shared_ptr<PeerLink>& entry = peers_[std::string(peer_address)];
-      if (entry == nullptr) entry = std::make_shared<PeerLink>();
-      slot = entry;
+      auto it = peers_.find(peer_address);
+      if (it == peers_.end()) {
+        ForgetUnusedPeersLocked();
+        it = peers_
+                 .emplace(std::string(peer_address),
+                          std::make_shared<PeerLink>())
+                 .first;
+      }
+      slot = it->second;
     }
     absl::MutexLock lock(&slot->mu);
     std::shared_ptr<internal::UcLinkMux> mux = slot->mux.lock();
@@ -156,6 +164,21 @@ class UcTransport : public Transport {
     mux = internal::UcLinkMux::Create(std::move(link));
     slot->mux = mux;
     return mux->Join();
+  }
+
+  // Drops the entries of nodes no lane uses (a restarted node is another
+  // address), so that the map does not grow with every node instance ever
+  // dialled. An entry only the map holds has no thread in JoinLink, so its
+  // lock is free.
+  void ForgetUnusedPeersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      bool unused = false;
+      if (it->second.use_count() == 1) {
+        absl::MutexLock slot_lock(&it->second->mu);
+        unused = it->second->mux.expired();
+      }
+      it = unused ? peers_.erase(it) : std::next(it);
+    }
   }
 
   // A link of its own to the node at `peer_address`.
@@ -208,7 +231,8 @@ class UcTransport : public Transport {
   const std::shared_ptr<internal::RegionRegistry> registry_;
   absl::Mutex mu_;
   std::shared_ptr<internal::VerbsUcLinks> links_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<PeerLink>, std::less<>> peers_
+      ABSL_GUARDED_BY(mu_);
   // Last: destroyed first, so no session outlives the transport.
   std::unique_ptr<internal::UcResponder> responder_ ABSL_GUARDED_BY(mu_);
 };
