@@ -12,10 +12,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <system_error>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/common.h"
 
 namespace meshpool::rdma::internal {
@@ -270,6 +271,15 @@ absl::Status RecvAll(int fd, void* buffer, size_t length) {
     length -= static_cast<size_t>(got);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::thread> StartThread(std::function<void()> body) {
+  try {
+    return std::thread(std::move(body));
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start a thread: ", e.what()));
+  }
 }
 
 absl::StatusOr<WakePipe> WakePipe::Create() {

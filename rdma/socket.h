@@ -3,6 +3,7 @@
 //
 //  * UniqueFd: the one owner of a file descriptor (move-only, closes on
 //    destruction).
+//  * StartThread: a thread, or a Status when the OS has none to give.
 //  * Address parsing, listening, connecting with a timeout, and whole-buffer
 //    send/receive loops that turn errno into Status once.
 //
@@ -14,7 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -78,6 +81,11 @@ absl::Status SendAll(int fd, absl::Span<iovec> iov);
 
 // Receives exactly `length` bytes, blocking. Unavailable on EOF or error.
 absl::Status RecvAll(int fd, void* buffer, size_t length);
+
+// Starts a thread running `body`. ResourceExhausted when the OS has no
+// thread to give (std::thread reports that by throwing; this is the one
+// place that catches it).
+absl::StatusOr<std::thread> StartThread(std::function<void()> body);
 
 // A non-blocking pipe used to wake a thread blocked in poll().
 struct WakePipe {

@@ -1,188 +1,66 @@
-// How the responder works.
+// How the responder admits connections.
 //
-// Each connection has a reader and a writer thread. The reader receives a
-// request header, validates it before touching any memory (magic, opcode,
-// length within 1..max, atomics 8 bytes and aligned, rkey registered, range
-// inside the registration), then executes it:
-//   WRITE   - recv()s the payload straight into registered memory;
-//   READ    - queues a response that points at registered memory; the writer
-//             gathers header and bytes with sendmsg (no staging copy);
-//   CAS/FAA - std::atomic_ref on the word, queues the old value.
-// Because the reader never waits for the writer, a client that pipelines big
-// WRITEs while big READ responses are pending cannot deadlock the pair.
-//
-// A malformed request shuts the connection down at once with no response. A
-// well-formed request for memory it may not touch (rkey, bounds) queues one
-// kAccessDenied response and stops reading; the writer sends what is queued
-// and then shuts the connection down. A WRITE's payload is never read then.
-//
-// Note: a READ's bytes leave when the writer sends them, so a WRITE to the
-// same bytes pipelined after the READ on the same connection may show up in
-// the READ (rdma.h promises only read-after-write ordering).
+// The accept thread polls the listener and a wake pipe. Each accepted
+// connection is counted under its peer's IP address and handed to the serve
+// loops in turn. At a cap (the peer's, or the responder's) the newcomer
+// marks the longest-idle connection for eviction (the peer's own first, so
+// one host churning sockets evicts its own) and its loop closes it if it is
+// still idle when it gets there; with nothing idle the newcomer is closed
+// at once. The caps are soft by the few connections whose eviction is still
+// on its way. When the process runs out of descriptors, accept evicts the
+// longest-idle connection and waits a moment instead of spinning.
 #include "rdma/tcp_responder.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
-#include <deque>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
-#include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma::internal {
 namespace {
 
-// Responses one connection may have queued and not yet handed to its writer
-// thread. A client keeps at most kMaxOutstanding requests unpolled, so a
-// well-behaved one never waits on this; one that never reads its responses
-// stalls only its own connection, holding bounded memory.
-constexpr size_t kMaxQueuedResponses = kMaxOutstanding;
-// Connections served at once (two threads each); more are closed at once.
-constexpr size_t kMaxConnections = 512;
 // How long accepting pauses when the process is out of file descriptors.
 constexpr int kAcceptBackoffMs = 100;
 
+// The peer's IP address, the key of the per-peer cap.
+std::string PeerAddress(const sockaddr_storage& addr) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+  }
+  return text;
+}
+
+// The connection budget the descriptor limit leaves.
+size_t DescriptorBudget() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return SIZE_MAX;
+  }
+  const size_t cur = static_cast<size_t>(limit.rlim_cur);
+  return cur > 2 * TcpResponder::kReservedDescriptors
+             ? cur - TcpResponder::kReservedDescriptors
+             : cur / 2;
+}
+
 }  // namespace
 
-class TcpResponder::Connection {
- public:
-  Connection(UniqueFd fd, const RegionRegistry& registry,
-             uint32_t max_request_bytes)
-      : fd_(std::move(fd)),
-        registry_(registry),
-        max_request_bytes_(max_request_bytes) {
-    reader_ = std::thread([this] { ReadLoop(); });
-    writer_ = std::thread([this] { WriteLoop(); });
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  ~Connection() {
-    Shutdown();
-    reader_.join();
-    writer_.join();
-  }
-
-  // Ends both directions; the threads see errors/closing_ and return.
-  void Shutdown() {
-    absl::MutexLock lock(&mu_);
-    closing_ = true;
-    ::shutdown(fd_.get(), SHUT_RDWR);
-  }
-
-  bool finished() const { return running_.load() == 0; }
-
- private:
-  struct Outgoing {
-    ResponseHeader header;
-    const uint8_t* payload;  // READ: registered memory; else nullptr
-    bool last;               // shut down after sending this one
-  };
-  void ReadLoop();
-  void WriteLoop();
-  void Enqueue(const RequestHeader& h, WireStatus status, uint64_t old_value,
-               const uint8_t* payload, bool last);
-
-  UniqueFd fd_;
-  const RegionRegistry& registry_;
-  const uint32_t max_request_bytes_;
-  absl::Mutex mu_;
-  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<int> running_{2};
-  std::thread reader_;
-  std::thread writer_;
-};
-
-void TcpResponder::Connection::Enqueue(const RequestHeader& h,
-                                       WireStatus status, uint64_t old_value,
-                                       const uint8_t* payload, bool last) {
-  Outgoing out{};
-  out.header.magic = kResponseMagic;
-  out.header.status = static_cast<uint8_t>(status);
-  out.header.length = payload != nullptr ? h.length : 0;
-  out.header.wr_id = h.wr_id;
-  out.header.old_value = old_value;
-  out.payload = payload;
-  out.last = last;
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-        return c->closing_ || c->queue_.size() < kMaxQueuedResponses;
-      },
-      this));
-  queue_.push_back(out);
-}
-
-void TcpResponder::Connection::ReadLoop() {
-  bool hard_close = true;
-  while (true) {
-    RequestHeader h;
-    if (!RecvAll(fd_.get(), &h, sizeof(h)).ok()) break;
-    uint8_t* target = nullptr;
-    const RequestVerdict verdict =
-        CheckRequest(h, max_request_bytes_, registry_, &target);
-    if (verdict == RequestVerdict::kMalformed) break;
-    if (verdict == RequestVerdict::kDenied) {
-      Enqueue(h, WireStatus::kAccessDenied, 0, nullptr, /*last=*/true);
-      hard_close = false;  // the writer sends the denial, then shuts down
-      break;
-    }
-    const auto op = static_cast<Opcode>(h.opcode);
-    if (op == Opcode::kWrite) {
-      if (!RecvAll(fd_.get(), target, h.length).ok()) break;
-      Enqueue(h, WireStatus::kOk, 0, nullptr, false);
-    } else if (op == Opcode::kRead) {
-      Enqueue(h, WireStatus::kOk, 0, target, false);
-    } else {
-      Enqueue(h, WireStatus::kOk,
-              ExecuteAtomic(op, target, h.compare_add, h.swap), nullptr, false);
-    }
-  }
-  if (hard_close) Shutdown();
-  running_.fetch_sub(1);
-}
-
-void TcpResponder::Connection::WriteLoop() {
-  std::vector<Outgoing> batch;
-  std::vector<iovec> iov;
-  bool done = false;
-  while (!done) {
-    batch.clear();
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-            return c->closing_ || !c->queue_.empty();
-          },
-          this));
-      if (closing_) break;
-      batch.assign(queue_.begin(), queue_.end());
-      queue_.clear();
-    }
-    iov.clear();
-    for (Outgoing& out : batch) {
-      iov.push_back({&out.header, sizeof(out.header)});
-      if (out.payload != nullptr) {
-        iov.push_back({const_cast<uint8_t*>(out.payload), out.header.length});
-      }
-      done = done || out.last;
-    }
-    if (!SendAll(fd_.get(), absl::MakeSpan(iov)).ok()) done = true;
-  }
-  Shutdown();
-  running_.fetch_sub(1);
-}
-
 absl::StatusOr<std::unique_ptr<TcpResponder>> TcpResponder::Create(
-    absl::string_view bind, uint32_t max_request_bytes,
+    absl::string_view bind, const TcpResponderOptions& options,
     std::shared_ptr<const RegionRegistry> registry) {
   MESHPOOL_ASSIGN_OR_RETURN(HostPort where, ParseHostPort(bind, ""));
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(where));
@@ -194,24 +72,45 @@ absl::StatusOr<std::unique_ptr<TcpResponder>> TcpResponder::Create(
   const bool v6 = where.host.find(':') != std::string::npos;
   std::string address = v6 ? absl::StrCat("tcp://[", where.host, "]:", port)
                            : absl::StrCat("tcp://", where.host, ":", port);
-  if (max_request_bytes > kMaxTransferBytes) {
-    max_request_bytes = kMaxTransferBytes;
+  TcpResponderOptions resolved = options;
+  resolved.max_request_bytes =
+      std::min(resolved.max_request_bytes, kMaxTransferBytes);
+  resolved.max_connections =
+      std::min(resolved.max_connections, DescriptorBudget());
+  resolved.max_connections_per_peer =
+      std::min(resolved.max_connections_per_peer, resolved.max_connections);
+  if (resolved.loops <= 0) {
+    resolved.loops = static_cast<int>(std::clamp<unsigned>(
+        std::thread::hardware_concurrency(), 1, kMaxDefaultLoops));
   }
-  return std::unique_ptr<TcpResponder>(
-      new TcpResponder(std::move(fd), std::move(wake), std::move(address),
-                       max_request_bytes, std::move(registry)));
+  std::unique_ptr<TcpResponder> responder(new TcpResponder(
+      std::move(fd), std::move(wake), std::move(address), resolved));
+  TcpServeLoop::Limits limits;
+  limits.max_request_bytes = resolved.max_request_bytes;
+  limits.stall_timeout = resolved.stall_timeout;
+  for (int i = 0; i < resolved.loops; ++i) {
+    MESHPOOL_ASSIGN_OR_RETURN(
+        std::unique_ptr<TcpServeLoop> loop,
+        TcpServeLoop::Create(
+            limits, registry,
+            [r = responder.get()](const std::shared_ptr<TcpConnInfo>& info) {
+              r->OnClosed(info);
+            }));
+    responder->loops_.push_back(std::move(loop));
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(
+      responder->accept_thread_,
+      StartThread([r = responder.get()] { r->AcceptLoop(); }));
+  return responder;
 }
 
 TcpResponder::TcpResponder(UniqueFd listen_fd, WakePipe wake,
-                           std::string address, uint32_t max_request_bytes,
-                           std::shared_ptr<const RegionRegistry> registry)
-    : registry_(std::move(registry)),
-      max_request_bytes_(max_request_bytes),
+                           std::string address,
+                           const TcpResponderOptions& options)
+    : options_(options),
       address_(std::move(address)),
       listen_fd_(std::move(listen_fd)),
-      wake_(std::move(wake)) {
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
-}
+      wake_(std::move(wake)) {}
 
 TcpResponder::~TcpResponder() {
   {
@@ -219,19 +118,8 @@ TcpResponder::~TcpResponder() {
     stopping_ = true;
   }
   wake_.Wake();
-  accept_thread_.join();
-  std::list<std::unique_ptr<Connection>> connections;
-  {
-    absl::MutexLock lock(&mu_);
-    connections.swap(connections_);
-  }
-  for (auto& c : connections) c->Shutdown();
-  connections.clear();  // joins every connection's threads
-}
-
-void TcpResponder::ReapFinishedLocked() {
-  connections_.remove_if(
-      [](const std::unique_ptr<Connection>& c) { return c->finished(); });
+  if (accept_thread_.joinable()) accept_thread_.join();
+  loops_.clear();  // joins each loop and closes its connections
 }
 
 void TcpResponder::AcceptLoop() {
@@ -244,17 +132,20 @@ void TcpResponder::AcceptLoop() {
       if (stopping_) return;
     }
     if ((fds[0].revents & POLLIN) == 0) continue;
-    {
-      // Closed connections give back their descriptors before we take one.
-      absl::MutexLock lock(&mu_);
-      ReapFinishedLocked();
-    }
-    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    UniqueFd fd(::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&peer),
+                          &peer_len, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {
-        // Out of resources: the pending connection stays queued; wait (or
-        // stop) instead of spinning on a listener that stays readable.
+        // Out of resources: free a descriptor held by an idle connection,
+        // and wait (or stop) instead of spinning on a listener that stays
+        // readable while the connection waits in the queue.
+        {
+          absl::MutexLock lock(&mu_);
+          EvictOneLocked("");
+        }
         pollfd wake = {wake_.read_end.get(), POLLIN, 0};
         ::poll(&wake, 1, kAcceptBackoffMs);
       }
@@ -262,11 +153,63 @@ void TcpResponder::AcceptLoop() {
     }
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    absl::MutexLock lock(&mu_);
-    if (connections_.size() >= kMaxConnections) continue;  // closes fd
-    connections_.push_back(std::make_unique<Connection>(
-        std::move(fd), *registry_, max_request_bytes_));
+    Admit(std::move(fd), PeerAddress(peer));
   }
+}
+
+void TcpResponder::Admit(UniqueFd fd, std::string peer) {
+  std::shared_ptr<TcpConnInfo> info;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(peer);
+    const size_t from_peer = it == peers_.end() ? 0 : it->second.size();
+    if (from_peer >= options_.max_connections_per_peer) {
+      if (!EvictOneLocked(peer)) return;  // all busy: refused (closes fd)
+    } else if (connections_ >= options_.max_connections) {
+      if (!EvictOneLocked("")) return;
+    }
+    info = std::make_shared<TcpConnInfo>(peer, next_loop_);
+    next_loop_ = (next_loop_ + 1) % loops_.size();
+    peers_[peer].push_back(info);
+    ++connections_;
+  }
+  loops_[info->loop]->Adopt(std::move(fd), std::move(info));
+}
+
+bool TcpResponder::EvictOneLocked(absl::string_view peer) {
+  TcpConnInfo* victim = nullptr;
+  int64_t oldest = INT64_MAX;
+  auto consider = [&](const std::vector<std::shared_ptr<TcpConnInfo>>& v) {
+    for (const auto& info : v) {
+      const int64_t since = info->idle_since_ms.load();
+      if (since != 0 && since < oldest && !info->evict.load()) {
+        oldest = since;
+        victim = info.get();
+      }
+    }
+  };
+  if (peer.empty()) {
+    for (const auto& [ignored, conns] : peers_) consider(conns);
+  } else if (auto it = peers_.find(std::string(peer)); it != peers_.end()) {
+    consider(it->second);
+  }
+  if (victim == nullptr) return false;
+  victim->evict.store(true);
+  loops_[victim->loop]->RequestEvictions();
+  return true;
+}
+
+void TcpResponder::OnClosed(const std::shared_ptr<TcpConnInfo>& info) {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(info->peer);
+  if (it == peers_.end()) return;
+  auto& conns = it->second;
+  auto pos = std::find(conns.begin(), conns.end(), info);
+  if (pos == conns.end()) return;
+  *pos = std::move(conns.back());
+  conns.pop_back();
+  --connections_;
+  if (conns.empty()) peers_.erase(it);
 }
 
 }  // namespace meshpool::rdma::internal

@@ -36,9 +36,14 @@ class TcpTransport : public Transport {
           "tcp transport already listens on ", responder_->address(),
           "; create another transport to serve a second address"));
     }
+    internal::TcpResponderOptions responder;
+    responder.max_request_bytes = options_.max_request_bytes;
+    responder.loops = options_.responder_threads;
+    responder.max_connections = options_.max_connections;
+    responder.max_connections_per_peer = options_.max_connections_per_peer;
+    responder.stall_timeout = options_.stall_timeout;
     MESHPOOL_ASSIGN_OR_RETURN(
-        responder_, internal::TcpResponder::Create(
-                        bind, options_.max_request_bytes, registry_));
+        responder_, internal::TcpResponder::Create(bind, responder, registry_));
     return responder_->address();
   }
 
@@ -64,6 +69,18 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(
   if (options.max_request_bytes == 0) {
     return absl::InvalidArgumentError(
         "TcpOptions.max_request_bytes must be positive");
+  }
+  if (options.max_connections_per_peer == 0 ||
+      options.max_connections_per_peer > options.max_connections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TcpOptions.max_connections_per_peer (",
+                     options.max_connections_per_peer,
+                     ") must be between 1 and max_connections (",
+                     options.max_connections, ")"));
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "TcpOptions.stall_timeout must be positive");
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -1,23 +1,29 @@
 // The KV cache over real `meshpool` processes (tcp here; verbs in the
 // Soft-RoCE VM, where the nodes clear index slots through their own
 // loopback queue pair): zero-copy batches, a fill to three times the pool,
-// pins that hold under pressure, and the pins of a killed client lapsing.
+// pins that hold under pressure, the pins of a killed client lapsing, and
+// nodes whose tcp responder is hoarded with idle sockets.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/kv_cache.h"
 #include "meshpool/region.h"
+#include "placement/coordinator_client.h"
 #include "tests/integration_util.h"
+#include "tests/raw_socket.h"
 #include "tests/shell_util.h"
 
 namespace meshpool {
@@ -112,6 +118,16 @@ class KvIntegrationTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// Whether the nodes have evicted, and hold no more than their capacity.
+bool EvictedWithinCapacity(const ClusterStatus& s) {
+  uint64_t evicted = 0;
+  for (const NodeStatus& n : s.nodes) {
+    if (n.used_bytes > n.capacity_bytes) return false;
+    evicted += n.slabs_evicted;
+  }
+  return evicted > 0;
+}
+
 // Whether this process maps a node's pool (the shared-memory path).
 bool MapsANodePool() {
   std::ifstream maps("/proc/self/maps");
@@ -131,18 +147,51 @@ TEST_F(KvIntegrationTest, FillToThreeTimesThePoolOnlyMisses) {
   size_t found = GetAll(keys);
   EXPECT_GT(found, 0u);
   EXPECT_LT(found, keys.size() / 2);
-  ASSERT_TRUE(testing::WaitForStatus(*client_, [](const ClusterStatus& s) {
-    uint64_t evicted = 0;
-    for (const NodeStatus& n : s.nodes) {
-      if (n.used_bytes > n.capacity_bytes) return false;
-      evicted += n.slabs_evicted;
-    }
-    return evicted > 0;
-  }));
+  ASSERT_TRUE(testing::WaitForStatus(*client_, EvictedWithinCapacity));
   // The prefix of the chain is gone, its tail is there.
   std::vector<absl::string_view> all = Views(keys);
   EXPECT_EQ(*PrefixMatch(*client_, all), 0u);
   EXPECT_GT(*PrefixMatch(*client_, absl::MakeSpan(all).last(4)), 0u);
+}
+
+// 600 idle sockets from another host on every node (more than the tcp
+// responder once served at all, two threads each) lock out neither this
+// client, whose lanes open after them, nor the nodes' own evictors, which
+// connect to their node when they first evict.
+TEST_F(KvIntegrationTest, HoardedIdleSocketsLockOutNeitherClientsNorEvictors) {
+  if (testing::kTestTransport != "tcp" && testing::kTestTransport != "shm") {
+    GTEST_SKIP() << "the nodes of the " << testing::kTestTransport
+                 << " build serve no tcp responder to hoard sockets on";
+  }
+  auto coordinator =
+      placement::CoordinatorClient::Connect(cluster_->coordinator_address());
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto map = (*coordinator)->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  std::vector<std::unique_ptr<testing::RawSocket>> hoard;
+  for (const auto& node : map->nodes()) {
+    for (const std::string& address : node.info().transport_addresses()) {
+      if (!absl::StartsWith(address, "tcp://")) continue;
+      uint32_t port = 0;
+      ASSERT_TRUE(
+          absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port));
+      for (int i = 0; i < 600; ++i) {
+        hoard.push_back(std::make_unique<testing::RawSocket>(
+            static_cast<uint16_t>(port), "127.0.0.2"));
+        ASSERT_TRUE(hoard.back()->connected());
+      }
+    }
+  }
+  ASSERT_EQ(hoard.size(), 600 * map->nodes_size());
+  std::vector<std::string> keys = Keys("hoarded", 3 * 2 * kCapacity / kBlock);
+  PutAll(keys);
+  ASSERT_TRUE(testing::WaitForStatus(*client_, EvictedWithinCapacity))
+      << "the evictors never ran";
+  EXPECT_GT(GetAll(std::vector<std::string>(keys.end() - 4, keys.end())), 0u);
+  size_t open = 0;
+  for (auto& socket : hoard) open += !socket->ClosedByPeer();
+  std::cout << open << " of " << hoard.size() << " hoarded sockets still open"
+            << std::endl;
 }
 
 TEST_F(KvIntegrationTest, PinsOfAKilledClientLapseAndLiveOnesHold) {

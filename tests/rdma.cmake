@@ -5,7 +5,7 @@ meshpool_test(rdma_conformance_test
   SOURCES rdma_conformance_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_tcp_responder_test
-  SOURCES rdma_tcp_responder_test.cc
+  SOURCES rdma_tcp_responder_test.cc rdma_tcp_admission_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc

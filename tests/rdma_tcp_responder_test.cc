@@ -19,6 +19,7 @@
 #include "rdma/rdma.h"
 #include "rdma/tcp.h"
 #include "rdma/tcp_wire.h"
+#include "tests/raw_socket.h"
 
 namespace meshpool::rdma {
 namespace {
@@ -27,49 +28,12 @@ using internal::kRequestMagic;
 using internal::RequestHeader;
 using internal::ResponseHeader;
 using internal::WireStatus;
+using testing::RawSocket;
 
 constexpr uint32_t kMaxRequest = 1 << 20;
 constexpr size_t kRegionBytes = 2 << 20;  // > kMaxRequest: limits differ
-constexpr int kCloseWaitMs = 30000;       // failure bound, not a sync point
 
-// A raw client socket the test owns.
-class RawSocket {
- public:
-  explicit RawSocket(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    connected_ =
-        ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  ~RawSocket() { ::close(fd_); }
-  RawSocket(const RawSocket&) = delete;
-  RawSocket& operator=(const RawSocket&) = delete;
-
-  bool connected() const { return connected_; }
-  int fd() const { return fd_; }
-  bool Send(const void* data, size_t n) {
-    return ::send(fd_, data, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
-  }
-  // Reads until the peer closes; true when it did within kCloseWaitMs.
-  bool ReadUntilClosed(std::string* received) {
-    char buf[4096];
-    while (true) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, kCloseWaitMs) <= 0) return false;
-      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) return true;  // EOF or reset
-      received->append(buf, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
-
-class TcpResponderTest : public testing::Test {
+class TcpResponderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::random_device rd;

@@ -1,0 +1,232 @@
+// The tcp responder's admission against peers that hoard connections: idle
+// sockets cost no thread and cannot lock clients out (a newcomer evicts the
+// longest-idle connection, its own host's first), and a request cut short
+// is closed after the stall timeout while idle connections stay.
+//
+// Other loopback addresses (127.0.0.2, ...) stand in for other hosts.
+#include <dirent.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rdma/rdma.h"
+#include "rdma/tcp.h"
+#include "rdma/tcp_wire.h"
+#include "tests/raw_socket.h"
+
+namespace meshpool::rdma {
+namespace {
+
+using testing::RawSocket;
+
+constexpr size_t kRegionBytes = 1 << 20;
+constexpr size_t kHoarded = 600;  // more than the old responder's 512 cap
+
+// The threads of this process.
+size_t ThreadCount() {
+  size_t n = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
+  ::closedir(dir);
+  return n;
+}
+
+// A node transport serving one region of known bytes, and a client.
+class TcpAdmissionTest : public ::testing::Test {
+ protected:
+  void Start(const TcpOptions& options) {
+    memory_.assign(kRegionBytes, 0);
+    for (size_t i = 0; i < kRegionBytes; ++i) memory_[i] = uint8_t(i * 7 + 1);
+    auto node = CreateTcpTransport(options);
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = *std::move(node);
+    auto region = node_->RegisterMemory(memory_.data(), kRegionBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    region_ = *std::move(region);
+    auto address = node_->Listen("127.0.0.1:0");
+    ASSERT_TRUE(address.ok()) << address.status();
+    address_ = *address;
+    uint32_t port = 0;
+    ASSERT_TRUE(
+        absl::SimpleAtoi(address_.substr(address_.rfind(':') + 1), &port));
+    port_ = static_cast<uint16_t>(port);
+    auto client = CreateTcpTransport();
+    ASSERT_TRUE(client.ok());
+    client_ = *std::move(client);
+  }
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect() {
+    return client_->Connect(address_, nullptr);
+  }
+
+  // Reads 4 KiB at `offset` through `ep` and checks the bytes.
+  absl::Status ReadWorks(Endpoint& ep, size_t offset = 8192) {
+    std::vector<uint8_t> back(4096);
+    WorkRequest wr;
+    wr.opcode = Opcode::kRead;
+    wr.local = back.data();
+    wr.length = 4096;
+    wr.remote_addr = region_->remote().addr + offset;
+    wr.rkey = region_->remote().rkey;
+    Completion c;
+    absl::Status s =
+        PostAndWait(ep, {wr}, absl::MakeSpan(&c, 1), absl::Seconds(30));
+    if (!s.ok()) return s;
+    if (std::memcmp(back.data(), memory_.data() + offset, 4096) != 0) {
+      return absl::DataLossError("read returned other bytes");
+    }
+    return absl::OkStatus();
+  }
+
+  // Opens kHoarded idle sockets, from `source(i)`.
+  template <typename Source>
+  std::vector<std::unique_ptr<RawSocket>> Hoard(Source source) {
+    std::vector<std::unique_ptr<RawSocket>> sockets;
+    for (size_t i = 0; i < kHoarded; ++i) {
+      sockets.push_back(std::make_unique<RawSocket>(port_, source(i).c_str()));
+      EXPECT_TRUE(sockets.back()->connected()) << i;
+    }
+    return sockets;
+  }
+
+  // Waits (bounded) until at least `want` of `sockets` were closed by the
+  // responder; returns how many were.
+  static size_t WaitClosed(std::vector<std::unique_ptr<RawSocket>>& sockets,
+                           size_t want) {
+    const absl::Time deadline =
+        absl::Now() + absl::Milliseconds(RawSocket::kCloseWaitMs);
+    size_t closed = 0;
+    do {
+      closed = 0;
+      for (auto& s : sockets) closed += s->ClosedByPeer();
+      if (closed >= want) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < deadline);
+    return closed;
+  }
+
+  std::vector<uint8_t> memory_;
+  std::unique_ptr<Transport> node_;
+  std::unique_ptr<MemoryRegion> region_;
+  std::string address_;
+  uint16_t port_ = 0;
+  std::unique_ptr<Transport> client_;
+};
+
+TEST_F(TcpAdmissionTest, IdleConnectionsCostNoThreadOfTheirOwn) {
+  Start(TcpOptions{});
+  auto first = Connect();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(ReadWorks(**first).ok());
+  const size_t before = ThreadCount();
+  std::vector<std::unique_ptr<Endpoint>> lanes;
+  for (int i = 0; i < 200; ++i) {
+    auto ep = Connect();
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    lanes.push_back(*std::move(ep));
+  }
+  for (auto& lane : lanes) ASSERT_TRUE(ReadWorks(*lane).ok());
+  const size_t after = ThreadCount();
+  std::cout << "threads: " << before << " with one connection, " << after
+            << " with 201" << std::endl;
+  EXPECT_LE(after, before + 2) << "connections cost threads";
+}
+
+TEST_F(TcpAdmissionTest, IdleSocketsFromOneHostEvictTheirOwnAndLockNobodyOut) {
+  TcpOptions options;
+  options.max_connections = 64;
+  options.max_connections_per_peer = 16;
+  Start(options);
+  auto before = Connect();  // from 127.0.0.1, before the hoard
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(ReadWorks(**before).ok());
+
+  auto hoard = Hoard([](size_t) { return std::string("127.0.0.2"); });
+  // Each newcomer beyond 16 evicted the host's own longest-idle socket.
+  const size_t closed = WaitClosed(hoard, kHoarded - 16);
+  std::cout << closed << " of " << kHoarded << " hoarded sockets closed"
+            << std::endl;
+  EXPECT_GE(closed, kHoarded - 16);
+  EXPECT_LT(closed, kHoarded) << "the newest ones should have stayed";
+
+  // Nobody else was touched, and newcomers from elsewhere get in.
+  EXPECT_TRUE(ReadWorks(**before).ok());
+  auto after = Connect();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(ReadWorks(**after).ok());
+}
+
+TEST_F(TcpAdmissionTest, IdleSocketsFromManyHostsEvictTheLongestIdle) {
+  TcpOptions options;
+  options.max_connections = 64;
+  options.max_connections_per_peer = 64;
+  Start(options);
+  auto oldest = Connect();
+  ASSERT_TRUE(oldest.ok()) << oldest.status();
+  ASSERT_TRUE(ReadWorks(**oldest).ok());
+
+  auto hoard = Hoard([](size_t i) {
+    return absl::StrCat("127.0.", 1 + i / 200, ".", 2 + i % 200);
+  });
+  const size_t closed = WaitClosed(hoard, kHoarded - 64);
+  std::cout << closed << " of " << kHoarded << " hoarded sockets closed"
+            << std::endl;
+  EXPECT_GE(closed, kHoarded - 64);
+
+  // The idle endpoint opened first was the longest idle: it was evicted,
+  // and says so as a dead connection does (retry on a new one).
+  EXPECT_EQ(ReadWorks(**oldest).code(), absl::StatusCode::kUnavailable);
+  auto after = Connect();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(ReadWorks(**after).ok());
+}
+
+TEST_F(TcpAdmissionTest, RequestCutShortIsClosedAfterTheStallTimeout) {
+  TcpOptions options;
+  options.stall_timeout = absl::Seconds(1);
+  Start(options);
+  auto idle = Connect();
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  ASSERT_TRUE(ReadWorks(**idle).ok());
+  RawSocket silent(port_);  // connects and never sends
+  RawSocket slow(port_);    // sends half a header and no more
+  ASSERT_TRUE(silent.connected() && slow.connected());
+  internal::RequestHeader h{};
+  h.magic = internal::kRequestMagic;
+  const absl::Time sent = absl::Now();
+  ASSERT_TRUE(slow.Send(&h, sizeof(h) / 2));
+  std::string ignored;
+  ASSERT_TRUE(slow.ReadUntilClosed(&ignored)) << "a stalled request stays";
+  const absl::Duration waited = absl::Now() - sent;
+  std::cout << "closed after " << waited << std::endl;
+  EXPECT_GE(waited, absl::Milliseconds(900)) << "closed before the timeout";
+  // Connections with nothing under way are not stalled, however long idle.
+  EXPECT_FALSE(silent.ClosedByPeer());
+  EXPECT_TRUE(ReadWorks(**idle).ok());
+}
+
+TEST(TcpOptionsTest, ConnectionCapsThatDoNotFitAreRefused) {
+  TcpOptions options;
+  options.max_connections = 8;
+  options.max_connections_per_peer = 9;
+  auto t = CreateTcpTransport(options);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  options.max_connections_per_peer = 0;
+  t = CreateTcpTransport(options);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  options.max_connections_per_peer = 8;
+  options.stall_timeout = absl::ZeroDuration();
+  t = CreateTcpTransport(options);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshpool::rdma
