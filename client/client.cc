@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "auth/auth.h"
 #include "client/client_access.h"
 #include "client/client_core.h"
 #include "client/client_impl.h"
@@ -38,6 +39,24 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
           "MESHPOOL_COORDINATOR (`meshpool up` prints the address)");
     }
     options.coordinator = env;
+  }
+  const int tls_files = !options.tls_ca_file.empty() +
+                        !options.tls_cert_file.empty() +
+                        !options.tls_key_file.empty();
+  if (tls_files == 0) {
+    const char* dir = std::getenv("MESHPOOL_TLS_DIR");
+    const char* name = std::getenv("MESHPOOL_TLS_NAME");
+    if (dir != nullptr && *dir != '\0') {
+      auth::TlsConfig tls = auth::TlsConfig::InDir(
+          dir, name != nullptr && *name != '\0' ? name : "client");
+      options.tls_ca_file = tls.ca_file;
+      options.tls_cert_file = tls.cert_file;
+      options.tls_key_file = tls.key_file;
+    }
+  } else if (tls_files != 3) {
+    return absl::InvalidArgumentError(
+        "give all three of ClientOptions.tls_ca_file, tls_cert_file and "
+        "tls_key_file, or none (no TLS)");
   }
   if (options.op_timeout <= absl::ZeroDuration() ||
       options.op_timeout >= format::kLeaseMargin) {

@@ -81,9 +81,14 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Start(
 }
 
 absl::Status ClientCore::Init() {
+  auth::TlsConfig tls;
+  tls.ca_file = options_.tls_ca_file;
+  tls.cert_file = options_.tls_cert_file;
+  tls.key_file = options_.tls_key_file;
+  MESHPOOL_ASSIGN_OR_RETURN(security_, auth::MakeChannelSecurity(tls));
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator_, placement::CoordinatorClient::Connect(
-                        options_.coordinator, options_.connect_timeout));
+                        options_.coordinator, options_.connect_timeout, tls));
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map,
                             coordinator_->GetClusterMap());
   OnMap(map);
@@ -283,6 +288,7 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Connection(
   }
   ConnectionOptions copts;
   copts.client_id = client_id_;
+  copts.security = security_;
   copts.connect_timeout = options_.connect_timeout;
   copts.op_timeout = options_.op_timeout;
   std::vector<std::string> addresses = CandidateAddresses(info);

@@ -122,6 +122,8 @@ class ClientCore {
   // of the same key and size never have identical headers (and digest
   // seeds).
   std::atomic<uint64_t> sequence_;
+  // Set by Init: what the client presents to the coordinator and nodes.
+  auth::ChannelSecurity security_;
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);

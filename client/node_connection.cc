@@ -112,8 +112,8 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
                      ") registered a bad pool layout: ", valid.message()));
   }
   conn->touched_ms_.reset(new std::atomic<int64_t>[conn->layout_.slab_count]());
-  conn->stub_ = proto::Node::NewStub(grpc::CreateChannel(
-      info.control_address(), grpc::InsecureChannelCredentials()));
+  conn->stub_ =
+      proto::Node::NewStub(options.security.Dial(info.control_address()));
   return conn;
 }
 

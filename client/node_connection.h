@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "auth/auth.h"
 #include "client/node_session.h"
 #include "client/slot_cache.h"
 #include "format/layout.h"
@@ -58,6 +59,7 @@ class Lane {
 
 struct ConnectionOptions {
   std::string client_id;
+  auth::ChannelSecurity security;  // for the node's gRPC service
   absl::Duration connect_timeout = absl::Seconds(3);
   absl::Duration op_timeout = absl::Seconds(5);
 };

@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorState>> LeadInEtcd(
   auto seen = std::make_shared<LeaderSeen>();
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorServer> standby,
-      CoordinatorServer::StartStandby(options.listen, [seen] {
+      CoordinatorServer::StartStandby(options.listen, options.tls, [seen] {
         absl::MutexLock lock(&seen->mu);
         return seen->leader;
       }));
@@ -114,6 +114,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorState>> LeadInEtcd(
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   MESHPOOL_RETURN_IF_ERROR(ValidateOptions(options));
+  MESHPOOL_RETURN_IF_ERROR(auth::CheckListen("--listen", options.listen,
+                                             options.tls, options.insecure));
   std::unique_ptr<EtcdLeadership> leadership;
   if (options.state == nullptr && options.state_dir.empty() &&
       !options.etcd.empty()) {
@@ -148,7 +150,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
                              ")"));
     }
   }
-  if (options.region_nodes == nullptr) options.region_nodes = NewGrpcRegionNodes();
+  if (options.region_nodes == nullptr) {
+    MESHPOOL_ASSIGN_OR_RETURN(auth::ChannelSecurity security,
+                              auth::MakeChannelSecurity(options.tls));
+    options.region_nodes = NewGrpcRegionNodes(std::move(security));
+  }
   // The region table shares the state Membership owns (and outlives it).
   CoordinatorState* const state = options.state.get();
   auto regions =
@@ -170,8 +176,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       options.repair_every, EnvOrDefault(options.env)));
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator->server_,
-      CoordinatorServer::Start(options.listen, coordinator->membership_.get(),
-                               coordinator->regions_.get(), options.heartbeat_interval));
+      CoordinatorServer::Start(
+          options.listen, options.tls, coordinator->membership_.get(),
+          coordinator->regions_.get(), options.heartbeat_interval));
   coordinator->leadership_ = std::move(leadership);
   coordinator->listen_host_ = ReachableHost(options.listen);
   coordinator->reaper_ = std::thread([c = coordinator.get()] { c->ReaperLoop(); });

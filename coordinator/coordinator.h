@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/etcd_leader.h"
@@ -49,6 +50,12 @@ inline constexpr absl::Duration kDefaultRepairEvery = absl::Seconds(1);
 
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks one
+  // TLS for every call to and from the coordinator (auth/auth.h): it serves
+  // with this certificate, requires one of each caller and checks its role,
+  // and presents it to nodes. Not enabled: no TLS, and then `listen` must be
+  // a loopback address unless `insecure` (protected mode).
+  auth::TlsConfig tls;
+  bool insecure = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to nodes
   absl::Duration dead_after = absl::Seconds(3);  // no heartbeat this long -> NODE_DEAD
   // Clock (heartbeats, deaths, region stamps) and log sink; not owned,

@@ -4,9 +4,43 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "auth/auth.h"
+#include "common/common.h"
 #include "placement/coordinator_client.h"
 
 namespace meshpool::coordinator {
+namespace {
+
+using auth::Role;
+
+// Who may call what (with TLS; without it everyone may everything).
+constexpr std::initializer_list<Role> kAnyone = {
+    Role::kCoordinator, Role::kNode, Role::kClient, Role::kAdmin};
+constexpr std::initializer_list<Role> kUsers = {Role::kClient, Role::kAdmin,
+                                                Role::kCoordinator};
+
+// With TLS, a node registers and heartbeats only under the name its
+// certificate gives; `node_id` empty takes that name.
+grpc::Status CheckNodeName(const grpc::ServerContext& context,
+                           absl::string_view what, std::string* node_id) {
+  const auth::Identity peer = auth::PeerIdentity(context);
+  if (peer.role == Role::kNone) return grpc::Status::OK;  // no TLS
+  if (node_id->empty()) *node_id = peer.name;
+  if (*node_id == peer.name) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(peer.ToString(), " may not ", what, " as node '", *node_id,
+                   "': a node's id is the name in its certificate"));
+}
+
+// The owner a non-admin caller must be to change a region ("" = anyone).
+std::string OnlyOwner(const grpc::ServerContext& context) {
+  const auth::Identity peer = auth::PeerIdentity(context);
+  if (peer.role == Role::kNone || peer.role == Role::kAdmin) return "";
+  return peer.ToString();
+}
+
+}  // namespace
 
 CoordinatorService::CoordinatorService(Membership* membership, RegionTable* regions,
                                        absl::Duration heartbeat_interval)
@@ -39,8 +73,17 @@ grpc::Status CoordinatorService::Redirect(grpc::ServerContext* context) const {
 grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
                                               const proto::RegisterNodeRequest* request,
                                               proto::RegisterNodeReply* reply) {
+  if (grpc::Status s = auth::Allow(*context, "register nodes", {Role::kNode});
+      !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
-  absl::StatusOr<proto::RegisterNodeReply> result = membership_->Register(request->info());
+  proto::NodeInfo info = request->info();
+  if (grpc::Status s =
+          CheckNodeName(*context, "register", info.mutable_node_id());
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<proto::RegisterNodeReply> result = membership_->Register(info);
   if (!result.ok()) return ToGrpc(result.status());
   *reply = *std::move(result);
   reply->set_heartbeat_interval_ms(
@@ -51,6 +94,12 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const proto::HeartbeatRequest* request,
                                            proto::HeartbeatReply* reply) {
+  if (grpc::Status s = auth::Allow(*context, "heartbeat", {Role::kNode});
+      !s.ok())
+    return s;
+  std::string node_id = request->node_id();
+  if (grpc::Status s = CheckNodeName(*context, "heartbeat", &node_id); !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::HeartbeatReply> result = membership_->Heartbeat(*request);
   if (!result.ok()) return ToGrpc(result.status());
@@ -61,6 +110,9 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
                                                const proto::GetClusterMapRequest* request,
                                                proto::ClusterMap* reply) {
+  if (grpc::Status s = auth::Allow(*context, "read the cluster map", kAnyone);
+      !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::ClusterMap> map = membership_->Map();
   if (!map.ok()) return ToGrpc(map.status());
@@ -73,6 +125,9 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const proto::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<proto::ClusterMap>* writer) {
+  if (grpc::Status s = auth::Allow(*context, "watch the cluster map", kAnyone);
+      !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
   // Zero wait: just read the current epoch.
   Membership::EpochWait now =
@@ -105,8 +160,15 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
                                               const proto::CreateRegionRequest* request,
                                               proto::RegionInfo* reply) {
+  if (grpc::Status s = auth::Allow(*context, "create regions",
+                                   {Role::kClient, Role::kAdmin});
+      !s.ok()) {
+    return s;
+  }
   if (membership_ == nullptr) return Redirect(context);
-  absl::StatusOr<proto::RegionInfo> info = regions_->Create(*request);
+  const auth::Identity peer = auth::PeerIdentity(*context);
+  absl::StatusOr<proto::RegionInfo> info = regions_->Create(
+      *request, peer.role == Role::kNone ? "" : peer.ToString());
   if (!info.ok()) return ToGrpc(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
@@ -115,6 +177,8 @@ grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
                                            const proto::GetRegionRequest* request,
                                            proto::RegionInfo* reply) {
+  if (grpc::Status s = auth::Allow(*context, "read regions", kUsers); !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<proto::RegionInfo> info = regions_->Get(request->name());
   if (!info.ok()) return ToGrpc(info.status());
@@ -125,20 +189,33 @@ grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
 grpc::Status CoordinatorService::DeleteRegion(grpc::ServerContext* context,
                                               const proto::DeleteRegionRequest* request,
                                               proto::DeleteRegionReply* reply) {
+  if (grpc::Status s = auth::Allow(*context, "delete regions",
+                                   {Role::kClient, Role::kAdmin});
+      !s.ok()) {
+    return s;
+  }
   if (membership_ == nullptr) return Redirect(context);
-  return ToGrpc(regions_->Delete(request->name()));
+  return ToGrpc(regions_->Delete(request->name(), OnlyOwner(*context)));
 }
 
 grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
                                               const proto::RenameRegionRequest* request,
                                               proto::RenameRegionReply* reply) {
+  if (grpc::Status s = auth::Allow(*context, "rename regions",
+                                   {Role::kClient, Role::kAdmin});
+      !s.ok()) {
+    return s;
+  }
   if (membership_ == nullptr) return Redirect(context);
-  return ToGrpc(regions_->Rename(request->from(), request->to(), request->replace()));
+  return ToGrpc(regions_->Rename(request->from(), request->to(),
+                                 request->replace(), OnlyOwner(*context)));
 }
 
 grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
                                              const proto::ListRegionsRequest* request,
                                              proto::ListRegionsReply* reply) {
+  if (grpc::Status s = auth::Allow(*context, "list regions", kUsers); !s.ok())
+    return s;
   if (membership_ == nullptr) return Redirect(context);
   absl::StatusOr<std::vector<proto::RegionInfo>> regions = regions_->List(request->prefix());
   if (!regions.ok()) return ToGrpc(regions.status());
@@ -147,27 +224,35 @@ grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const std::string& listen, Membership* membership, RegionTable* regions,
+    const std::string& listen, const auth::TlsConfig& tls,
+    Membership* membership, RegionTable* regions,
     absl::Duration heartbeat_interval) {
-  return Serve(listen, std::make_unique<CoordinatorService>(
-                           membership, regions, heartbeat_interval));
+  return Serve(listen, tls,
+               std::make_unique<CoordinatorService>(membership, regions,
+                                                    heartbeat_interval));
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>>
 CoordinatorServer::StartStandby(const std::string& listen,
+                                const auth::TlsConfig& tls,
                                 std::function<std::string()> leader) {
-  return Serve(listen, std::make_unique<CoordinatorService>(std::move(leader)));
+  return Serve(listen, tls,
+               std::make_unique<CoordinatorService>(std::move(leader)));
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Serve(
-    const std::string& listen, std::unique_ptr<CoordinatorService> service) {
+    const std::string& listen, const auth::TlsConfig& tls,
+    std::unique_ptr<CoordinatorService> service) {
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      auth::ServerCredentials(tls));
   grpc::ServerBuilder builder;
   builder.SetMaxSendMessageSize(static_cast<int>(placement::kMaxRegionInfoBytes));
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator on the same
   // port would silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials, &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

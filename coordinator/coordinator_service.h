@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "coordinator/membership.h"
 #include "coordinator/region_table.h"
 #include "proto/proto.h"
@@ -86,14 +87,18 @@ class CoordinatorServer {
  public:
   // Binds `listen` (host:port, port 0 picks one). FailedPrecondition when it
   // cannot bind. `membership` and `regions` must outlive the server. Replies
-  // may be up to kMaxRegionInfoBytes (a large region's RegionInfo).
+  // may be up to kMaxRegionInfoBytes (a large region's RegionInfo). With
+  // `tls` enabled it serves TLS, requires client certificates and checks
+  // each call's role (auth/auth.h); errors reading its files are returned.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      const std::string& listen, Membership* membership, RegionTable* regions,
+      const std::string& listen, const auth::TlsConfig& tls,
+      Membership* membership, RegionTable* regions,
       absl::Duration heartbeat_interval);
   // Binds `listen` for a standby's service over `leader` (see
   // CoordinatorService). FailedPrecondition when it cannot bind.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> StartStandby(
-      const std::string& listen, std::function<std::string()> leader);
+      const std::string& listen, const auth::TlsConfig& tls,
+      std::function<std::string()> leader);
   ~CoordinatorServer();  // Shutdown(absl::ZeroDuration()) if not done yet
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
@@ -109,7 +114,8 @@ class CoordinatorServer {
   CoordinatorServer(std::unique_ptr<CoordinatorService> service,
                     std::unique_ptr<grpc::Server> server, int port);
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Serve(
-      const std::string& listen, std::unique_ptr<CoordinatorService> service);
+      const std::string& listen, const auth::TlsConfig& tls,
+      std::unique_ptr<CoordinatorService> service);
 
   // Member order: the server stops and is destroyed before its service.
   std::unique_ptr<CoordinatorService> service_;

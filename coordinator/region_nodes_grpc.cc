@@ -17,6 +17,9 @@ namespace {
 
 class GrpcRegionNodes final : public RegionNodes {
  public:
+  explicit GrpcRegionNodes(auth::ChannelSecurity security)
+      : security_(std::move(security)) {}
+
   absl::StatusOr<proto::NodeStats> GetStats(const proto::NodeInfo& node) override {
     return Call<proto::NodeStats>(
         node, "GetStats", kNodeStatsTimeout,
@@ -70,18 +73,21 @@ class GrpcRegionNodes final : public RegionNodes {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
       args.SetMaxReceiveMessageSize(static_cast<int>(placement::kMaxRegionInfoBytes));
-      stub = proto::Node::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      stub = proto::Node::NewStub(security_.Dial(address, &args));
     }
     return *stub;
   }
 
+  const auth::ChannelSecurity security_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<proto::Node::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<RegionNodes> NewGrpcRegionNodes() { return std::make_unique<GrpcRegionNodes>(); }
+std::unique_ptr<RegionNodes> NewGrpcRegionNodes(
+    auth::ChannelSecurity security) {
+  return std::make_unique<GrpcRegionNodes>(std::move(security));
+}
 
 }  // namespace meshpool::coordinator

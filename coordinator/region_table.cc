@@ -54,7 +54,8 @@ void RegionTable::Log(absl::string_view message) const {
   env_->Log("coordinator", message);
 }
 
-absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionRequest& request) {
+absl::StatusOr<proto::RegionInfo> RegionTable::Create(
+    const proto::CreateRegionRequest& request, absl::string_view owner) {
   const std::string& name = request.name();
   MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
   if (request.size() == 0) {
@@ -97,7 +98,8 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Create(const proto::CreateRegionR
         absl::StrCat("cannot create region '", name, "': none of the ", live,
                      " live memory node(s) answered a stats request; retry, or check the nodes"));
   } else {
-    info = Place(request, request.stripe_bytes(), replicas, *std::move(candidates));
+    info = Place(request, request.stripe_bytes(), replicas,
+                 *std::move(candidates), owner);
   }
   absl::Status recorded = info.status();
   {
@@ -130,7 +132,8 @@ absl::StatusOr<std::vector<RegionTable::LiveNode>> RegionTable::FreshLiveNodes(
 
 absl::StatusOr<proto::RegionInfo> RegionTable::Place(
     const proto::CreateRegionRequest& request, uint64_t stripe_bytes,
-    uint32_t replicas, std::vector<LiveNode> candidates) {
+    uint32_t replicas, std::vector<LiveNode> candidates,
+    absl::string_view owner) {
   const std::string& name = request.name();
   const LiveNode* smallest = &candidates[0];
   for (const LiveNode& c : candidates) {
@@ -185,6 +188,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(
   }
   proto::RegionInfo info;
   info.set_name(name);
+  info.set_owner(std::string(owner));
   info.set_size(request.size());
   info.set_stripe_bytes(stripe_bytes);
   info.set_replicas(replicas);
@@ -341,10 +345,25 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Get(absl::string_view name) const
   return info;
 }
 
-absl::Status RegionTable::Delete(absl::string_view name) {
+absl::Status RegionTable::CheckOwnerLocked(absl::string_view name,
+                                           absl::string_view only_owner) const {
+  if (only_owner.empty()) return absl::OkStatus();
+  absl::StatusOr<proto::RegionInfo> info = state_->FindRegion(name);
+  if (!info.ok())
+    return absl::IsNotFound(info.status()) ? absl::OkStatus() : info.status();
+  if (info->owner() == only_owner) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      only_owner, " may not change region '", name, "': it belongs to ",
+      info->owner().empty() ? "no one (created without TLS)" : info->owner(),
+      "; only its owner or an admin certificate may delete or rename it"));
+}
+
+absl::Status RegionTable::Delete(absl::string_view name,
+                                 absl::string_view only_owner) {
   absl::StatusOr<proto::RegionInfo> removed;
   {
     absl::MutexLock lock(&mu_);
+    MESHPOOL_RETURN_IF_ERROR(CheckOwnerLocked(name, only_owner));
     removed = state_->RemoveRegion(name);
   }
   if (!removed.ok()) return removed.status();
@@ -352,7 +371,8 @@ absl::Status RegionTable::Delete(absl::string_view name) {
   return absl::OkStatus();
 }
 
-absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to, bool replace) {
+absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to,
+                                 bool replace, absl::string_view only_owner) {
   MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(to));
   absl::StatusOr<std::optional<proto::RegionInfo>> replaced;
   {
@@ -361,6 +381,8 @@ absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to, b
       return absl::AlreadyExistsError(absl::StrCat(
           "a region named '", to, "' is being created; retry the rename once it exists"));
     }
+    MESHPOOL_RETURN_IF_ERROR(CheckOwnerLocked(from, only_owner));
+    if (replace) MESHPOOL_RETURN_IF_ERROR(CheckOwnerLocked(to, only_owner));
     replaced = state_->RenameRegion(from, to, replace);
   }
   if (!replaced.ok()) return replaced.status();

@@ -45,6 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "placement/region_layout.h"
@@ -86,8 +87,9 @@ class RegionNodes {
 };
 
 // RegionNodes over each node's gRPC Node service (region_nodes_grpc.cc),
-// with the deadlines above. Channels are cached per control address.
-std::unique_ptr<RegionNodes> NewGrpcRegionNodes();
+// with the deadlines above. Channels are cached per control address and
+// present `security`'s certificate (the coordinator's).
+std::unique_ptr<RegionNodes> NewGrpcRegionNodes(auth::ChannelSecurity security);
 
 // The id a node holds `extent`'s slabs under: its allocation_id, or the
 // region's id when that is 0 (extents made when the region was created).
@@ -127,20 +129,26 @@ class RegionTable {
   //                        message says how much is free);
   //   Unavailable        - no live node answered, or a node failed while
   //                        allocating (nothing is left allocated; retry).
-  absl::StatusOr<proto::RegionInfo> Create(const proto::CreateRegionRequest& request);
+  // `owner` is recorded in the region (RegionInfo.owner).
+  absl::StatusOr<proto::RegionInfo> Create(
+      const proto::CreateRegionRequest& request, absl::string_view owner = "");
 
   // The region with its health filled in. NotFound if there is no region
   // of that name.
   absl::StatusOr<proto::RegionInfo> Get(absl::string_view name) const;
 
   // Forgets the region, then frees its memory on the nodes. NotFound if
-  // absent.
-  absl::Status Delete(absl::string_view name);
+  // absent. With `only_owner` set, PermissionDenied unless the region's
+  // owner is `only_owner` (checked atomically with the change).
+  absl::Status Delete(absl::string_view name,
+                      absl::string_view only_owner = "");
 
   // Atomically renames `from` to `to`. InvalidArgument (bad `to`), NotFound
   // (no `from`), AlreadyExists (`to` exists and not `replace`, or is being
   // created). With `replace`, the region `to` named is deleted (as Delete).
-  absl::Status Rename(absl::string_view from, absl::string_view to, bool replace);
+  // `only_owner` as for Delete, for `from` and a replaced `to` alike.
+  absl::Status Rename(absl::string_view from, absl::string_view to,
+                      bool replace, absl::string_view only_owner = "");
 
   // Regions whose name starts with `prefix`, sorted by name, with their
   // health, without slab_offsets and stripe_extents.
@@ -209,7 +217,13 @@ class RegionTable {
   // not empty.
   absl::StatusOr<proto::RegionInfo> Place(
       const proto::CreateRegionRequest& request, uint64_t stripe_bytes,
-      uint32_t replicas, std::vector<LiveNode> candidates);
+      uint32_t replicas, std::vector<LiveNode> candidates,
+      absl::string_view owner);
+  // PermissionDenied unless `only_owner` is empty, the region `name` does
+  // not exist, or `only_owner` owns it.
+  absl::Status CheckOwnerLocked(absl::string_view name,
+                                absl::string_view only_owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(absl::string_view message) const;
 
   CoordinatorState* const state_;

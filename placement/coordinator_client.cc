@@ -98,17 +98,18 @@ struct CoordinatorClient::Rpc {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<proto::Coordinator::Stub> stub;
   };
-  Rpc(std::vector<std::string> addresses, grpc::ChannelArguments args)
+  Rpc(std::vector<std::string> addresses, grpc::ChannelArguments args,
+      auth::ChannelSecurity security)
       : addresses(std::move(addresses)),
         args(std::move(args)),
+        security(std::move(security)),
         target(ChannelTarget(this->addresses, "")),
         conn(Dial(target)),
         dialed(absl::Now()) {}
 
   std::shared_ptr<Conn> Dial(const std::string& to) const {
     auto c = std::make_shared<Conn>();
-    c->channel =
-        grpc::CreateCustomChannel(to, grpc::InsecureChannelCredentials(), args);
+    c->channel = security.Dial(to, &args);
     c->stub = proto::Coordinator::NewStub(c->channel);
     return c;
   }
@@ -175,6 +176,7 @@ struct CoordinatorClient::Rpc {
 
   const std::vector<std::string> addresses;
   const grpc::ChannelArguments args;
+  const auth::ChannelSecurity security;
   absl::Mutex mu;
   std::string target ABSL_GUARDED_BY(mu);
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
@@ -264,7 +266,7 @@ class CoordinatorClient::MapWatch final : public CoordinatorClient::Watch {
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    std::string address, absl::Duration timeout) {
+    std::string address, absl::Duration timeout, const auth::TlsConfig& tls) {
   if (address.empty()) {
     return absl::InvalidArgumentError(
         "no coordinator address: give the coordinator's host:port");
@@ -278,13 +280,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxRegionInfoBytes));  // GetRegion
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
                             ParseAddresses(address));
-  auto rpc = std::make_shared<Rpc>(std::move(addresses), std::move(args));
+  MESHPOOL_ASSIGN_OR_RETURN(auth::ChannelSecurity security,
+                            auth::MakeChannelSecurity(tls));
+  auto rpc = std::make_shared<Rpc>(std::move(addresses), std::move(args),
+                                   std::move(security));
   if (!rpc->Current()->channel->WaitForConnected(DeadlineIn(timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the meshpool coordinator at ", address, " within ",
         absl::FormatDuration(timeout),
         ": start one with `meshpool coordinator` and give its host:port as the "
-        "coordinator address (or in MESHPOOL_COORDINATOR)"));
+        "coordinator address (or in MESHPOOL_COORDINATOR)",
+        tls.enabled() ? "; with TLS, its certificate and this one must come "
+                        "from the same CA, and it must serve TLS too"
+                      : ""));
   }
   return std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(std::move(address), std::move(rpc)));

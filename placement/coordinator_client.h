@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "proto/meshpool.pb.h"
 
 namespace meshpool::placement {
@@ -33,9 +34,12 @@ class CoordinatorClient {
   // naming the leader, kLeaderMetadataKey, and the call is sent there).
   // Unavailable, with a message telling the user to start `meshpool
   // coordinator` and to point --coordinator or MESHPOOL_COORDINATOR at it,
-  // when it cannot connect within `timeout`.
+  // when it cannot connect within `timeout`. With `tls` enabled the calls
+  // go over TLS and present its certificate (auth/auth.h); errors reading
+  // its files are returned as they are.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
-      std::string address, absl::Duration timeout = absl::Seconds(3));
+      std::string address, absl::Duration timeout = absl::Seconds(3),
+      const auth::TlsConfig& tls = {});
   ~CoordinatorClient();
   CoordinatorClient(const CoordinatorClient&) = delete;
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;

@@ -247,6 +247,12 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
   if (transport == nullptr) {
     return absl::InvalidArgumentError("Node::Start needs a transport");
   }
+  MESHPOOL_RETURN_IF_ERROR(auth::CheckListen("--listen", options.control_listen,
+                                             options.tls, options.insecure));
+  if (transport->kind() == rdma::TransportKind::kTcp) {
+    MESHPOOL_RETURN_IF_ERROR(auth::CheckListen("--bind", options.transport_bind,
+                                               options.tls, options.insecure));
+  }
   absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(
       options.capacity_bytes, options.slab_bytes, options.bucket_count,
       options.pin_sessions, options.pins_per_session);
@@ -323,7 +329,8 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   deps.incarnation = incarnation_;
   deps.stats = [this] { return Stats(); };
   MESHPOOL_ASSIGN_OR_RETURN(
-      server_, NodeServer::Start(options_.control_listen, std::move(deps)));
+      server_, NodeServer::Start(options_.control_listen, options_.tls,
+                                 std::move(deps)));
 
   info_.set_node_id(options_.node_id);
   info_.set_incarnation(incarnation_);
@@ -395,8 +402,8 @@ absl::Status NodeImpl::StartEvictor(absl::string_view transport_address) {
 
 absl::Status NodeImpl::Register() {
   absl::StatusOr<std::unique_ptr<placement::CoordinatorClient>> client =
-      placement::CoordinatorClient::Connect(options_.coordinator,
-                                            options_.coordinator_timeout);
+      placement::CoordinatorClient::Connect(
+          options_.coordinator, options_.coordinator_timeout, options_.tls);
   if (!client.ok()) {
     return absl::Status(
         client.status().code(),

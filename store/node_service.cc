@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "auth/auth.h"
 #include "common/common.h"
 #include "placement/region_layout.h"
 #include "proto/proto.h"
@@ -13,14 +14,30 @@
 #include "xxhash.h"
 
 namespace meshpool::store {
+namespace {
+
+using auth::Role;
+
+// Who may call what (with TLS; without it everyone may everything).
+constexpr std::initializer_list<Role> kAnyone = {
+    Role::kCoordinator, Role::kNode, Role::kClient, Role::kAdmin};
+// Clients of the data plane: the coordinator copies region stripes as one.
+constexpr std::initializer_list<Role> kUsers = {Role::kClient, Role::kAdmin,
+                                                Role::kCoordinator};
+constexpr std::initializer_list<Role> kCoordinatorOnly = {Role::kCoordinator};
+
+}  // namespace
 
 class NodeServiceImpl final : public proto::Node::Service {
  public:
   explicit NodeServiceImpl(NodeServiceDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::Status GrantSlab(grpc::ServerContext*,
+  grpc::Status GrantSlab(grpc::ServerContext* context,
                          const proto::GrantSlabRequest* request,
                          proto::GrantSlabReply* reply) override {
+    if (grpc::Status s = auth::Allow(*context, "take slabs", kUsers); !s.ok()) {
+      return s;
+    }
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
     absl::StatusOr<SlabGrant> grant =
@@ -41,15 +58,24 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ReleaseSlab(grpc::ServerContext*,
+  grpc::Status ReleaseSlab(grpc::ServerContext* context,
                            const proto::ReleaseSlabRequest* request,
                            proto::ReleaseSlabReply*) override {
+    if (grpc::Status s = auth::Allow(*context, "release slabs", kUsers);
+        !s.ok()) {
+      return s;
+    }
     return ToGrpc(deps_.slabs->Release(request->client_id(), request->slab()));
   }
 
-  grpc::Status Handshake(grpc::ServerContext*,
+  grpc::Status Handshake(grpc::ServerContext* context,
                          const proto::HandshakeRequest* request,
                          proto::HandshakeReply* reply) override {
+    if (grpc::Status s =
+            auth::Allow(*context, "connect to the data plane", kUsers);
+        !s.ok()) {
+      return s;
+    }
     if (!request->transport().empty() &&
         request->transport() != deps_.transport->name()) {
       return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
@@ -63,15 +89,24 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStats(grpc::ServerContext*, const proto::GetStatsRequest*,
+  grpc::Status GetStats(grpc::ServerContext* context,
+                        const proto::GetStatsRequest*,
                         proto::NodeStats* reply) override {
+    if (grpc::Status s = auth::Allow(*context, "read node stats", kAnyone);
+        !s.ok()) {
+      return s;
+    }
     *reply = deps_.stats();
     return grpc::Status::OK;
   }
 
-  grpc::Status OpenSession(grpc::ServerContext*,
+  grpc::Status OpenSession(grpc::ServerContext* context,
                            const proto::OpenSessionRequest* request,
                            proto::OpenSessionReply* reply) override {
+    if (grpc::Status s = auth::Allow(*context, "open sessions", kUsers);
+        !s.ok()) {
+      return s;
+    }
     if (deps_.sessions == nullptr) return NoSessions();
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
@@ -87,9 +122,13 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status RenewSession(grpc::ServerContext*,
+  grpc::Status RenewSession(grpc::ServerContext* context,
                             const proto::RenewSessionRequest* request,
                             proto::RenewSessionReply* reply) override {
+    if (grpc::Status s = auth::Allow(*context, "renew sessions", kUsers);
+        !s.ok()) {
+      return s;
+    }
     if (deps_.sessions == nullptr) return NoSessions();
     absl::StatusOr<uint64_t> now = deps_.sessions->Renew(
         request->session(), request->token(), request->stats());
@@ -99,9 +138,13 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CloseSession(grpc::ServerContext*,
+  grpc::Status CloseSession(grpc::ServerContext* context,
                             const proto::CloseSessionRequest* request,
                             proto::CloseSessionReply*) override {
+    if (grpc::Status s = auth::Allow(*context, "close sessions", kUsers);
+        !s.ok()) {
+      return s;
+    }
     if (deps_.sessions == nullptr) return NoSessions();
     return ToGrpc(deps_.sessions->Close(request->session(), request->token(),
                                         request->stats()));
@@ -110,6 +153,11 @@ class NodeServiceImpl final : public proto::Node::Service {
   grpc::Status AllocateRegion(grpc::ServerContext* context,
                               const proto::AllocateRegionRequest* request,
                               proto::AllocateRegionReply* reply) override {
+    if (grpc::Status s =
+            auth::Allow(*context, "allocate region memory", kCoordinatorOnly);
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<uint64_t> slabs = RegionSlabs(*request);
     if (!slabs.ok()) return ToGrpc(slabs.status());
     // A request whose caller gave up (deadline) may already have been
@@ -135,18 +183,27 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status FreeRegion(grpc::ServerContext*,
+  grpc::Status FreeRegion(grpc::ServerContext* context,
                           const proto::FreeRegionRequest* request,
                           proto::FreeRegionReply*) override {
+    if (grpc::Status s =
+            auth::Allow(*context, "free region memory", kCoordinatorOnly);
+        !s.ok()) {
+      return s;
+    }
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
     deps_.slabs->FreeRegion(request->region_id());
     return grpc::Status::OK;
   }
 
-  grpc::Status DigestRanges(grpc::ServerContext*,
+  grpc::Status DigestRanges(grpc::ServerContext* context,
                             const proto::DigestRangesRequest* request,
                             proto::DigestRangesReply* reply) override {
+    if (grpc::Status s = auth::Allow(*context, "digest pool ranges", kUsers);
+        !s.ok()) {
+      return s;
+    }
     absl::Status checked = CheckDigestRanges(*request);
     if (!checked.ok()) return ToGrpc(checked);
     for (const proto::DigestRange& range : request->ranges()) {
@@ -221,7 +278,8 @@ class NodeServiceImpl final : public proto::Node::Service {
 };
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(
-    absl::string_view listen, NodeServiceDeps deps) {
+    absl::string_view listen, const auth::TlsConfig& tls,
+    NodeServiceDeps deps) {
   if (deps.slabs == nullptr || deps.pool == nullptr ||
       deps.transport == nullptr || !deps.stats) {
     return absl::InvalidArgumentError(
@@ -235,9 +293,11 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(
   }
   auto service = std::make_unique<NodeServiceImpl>(std::move(deps));
   int port = 0;
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      auth::ServerCredentials(tls));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(std::string(listen),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(std::string(listen), credentials, &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

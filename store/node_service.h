@@ -46,6 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
 #include "store/evictor.h"
@@ -74,11 +75,14 @@ struct NodeServiceDeps {
 // A running gRPC server with the Node service on it.
 class NodeServer {
  public:
-  // Binds `listen` ("host:port", port 0 picks one) and starts serving.
-  // Errors: InvalidArgument (a dependency is missing, or `listen` cannot be
-  // bound: in use or not a local address; pick another).
+  // Binds `listen` ("host:port", port 0 picks one) and starts serving;
+  // with `tls` enabled over TLS, requiring client certificates and checking
+  // each call's role (auth/auth.h). Errors: InvalidArgument (a dependency
+  // is missing, or `listen` cannot be bound: in use or not a local address;
+  // pick another), and those reading `tls`'s files.
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(
-      absl::string_view listen, NodeServiceDeps deps);
+      absl::string_view listen, const auth::TlsConfig& tls,
+      NodeServiceDeps deps);
   ~NodeServer();  // Shutdown(kDefaultShutdownDeadline)
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/auth.h"
 #include "common/env.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
@@ -47,6 +48,14 @@ struct NodeOptions {
   // control and transport addresses). Required when binding a wildcard
   // address (0.0.0.0, [::]); Start fails with InvalidArgument otherwise.
   std::string advertise_host;
+  // TLS for the control plane (auth/auth.h): the node serves its gRPC
+  // service with this certificate (requiring one of each caller, checking
+  // its role) and presents it to the coordinator, whose registration binds
+  // the node's id to the certificate's name. Not enabled: no TLS, and then
+  // control_listen and a tcp transport_bind must be loopback addresses
+  // unless `insecure` (protected mode; Start fails FailedPrecondition).
+  auth::TlsConfig tls;
+  bool insecure = false;
   // Told to clients per granted slab; the node adds kLeaseMargin
   // (format/protocol.h) before it seals the slab.
   absl::Duration slab_lease = absl::Seconds(10);

@@ -14,6 +14,14 @@ meshpool_test(integration_test
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
           MESHPOOL_TEST_TRANSPORT="tcp")
 add_dependencies(integration_test meshpool)
+# The control plane over TLS (once, over tcp): certificates, roles, a node's
+# id bound to its certificate, region owners, protected mode.
+meshpool_test(integration_auth_test
+  SOURCES integration_auth_test.cc
+  LIBS meshpool_tools meshpool_client meshpool_coordinator_client
+  LABELS integration
+  DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
+add_dependencies(integration_auth_test meshpool)
 # The same tests with the nodes also serving shared memory, so this host's
 # clients (the tests and the CLI) move data with memcpy over a memfd.
 meshpool_test(integration_shm_test

@@ -56,7 +56,7 @@ class DigestTest : public ::testing::Test {
     deps.incarnation = kIncarnation;
     deps.stats = [] { return proto::NodeStats(); };
     absl::StatusOr<std::unique_ptr<NodeServer>> server =
-        NodeServer::Start("127.0.0.1:0", std::move(deps));
+        NodeServer::Start("127.0.0.1:0", {}, std::move(deps));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = proto::Node::NewStub(grpc::CreateChannel(

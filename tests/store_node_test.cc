@@ -420,6 +420,7 @@ TEST_F(NodeTest, WildcardBindWithoutAdvertiseIsInvalidArgument) {
   // traffic is sent.
   NodeOptions options = BaseOptions(coordinator_->address());
   options.control_listen = "0.0.0.0:0";
+  options.insecure = true;  // past protected mode (auth_test covers it)
   absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
   EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(node.status().message().find("NodeOptions.advertise_host"),

@@ -33,7 +33,7 @@ GRPC_FILES = re.compile(
     r"|coordinator/etcd_client\.cc"
     r"|placement/coordinator_client\.cc"
     r"|client/node_connection\.(h|cc))$")
-GRPC_FOLDERS = {"proto", "tools", "tests", "bench", "python"}
+GRPC_FOLDERS = {"proto", "auth", "tools", "tests", "bench", "python"}
 
 
 def read_layers():

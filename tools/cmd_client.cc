@@ -11,6 +11,7 @@
 #include "meshpool/client.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/tls.h"
 #include "tools/transport_flags.h"
 #include "tools/workload.h"
 
@@ -36,6 +37,7 @@ void DefineClientFlags(Flags& flags) {
   flags.Define("coordinator", "",
                "coordinator HOST:PORT (default: $MESHPOOL_COORDINATOR)");
   DefineTransportFlags(flags, /*with_transport=*/false);
+  DefineTlsFlags(flags, /*server=*/false);
 }
 
 std::unique_ptr<Client> OpenClient(Flags& flags, int argc, char** argv,
@@ -64,6 +66,14 @@ std::unique_ptr<Client> OpenClient(Flags& flags, int argc, char** argv,
     return nullptr;
   }
   options.rdma = *std::move(rdma);
+  auto tls = TlsFromFlags(flags, "client");
+  if (!tls.ok()) {
+    *rc = Fail(command, tls.status());
+    return nullptr;
+  }
+  options.tls_ca_file = tls->ca_file;
+  options.tls_cert_file = tls->cert_file;
+  options.tls_key_file = tls->key_file;
   auto client = Client::Connect(options);
   if (!client.ok()) {
     *rc = Fail(command, client.status());

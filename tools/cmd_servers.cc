@@ -24,6 +24,7 @@
 #include "tools/local_cluster.h"
 #include "tools/repair_copier.h"
 #include "tools/stderr_env.h"
+#include "tools/tls.h"
 #include "tools/transport_flags.h"
 #include "tools/workload.h"
 
@@ -82,8 +83,13 @@ int RunCoordinator(int argc, char** argv) {
                "this coordinator leads (default: the --listen address; "
                "give it when listening on 0.0.0.0)");
   DefineTransportFlags(flags, /*with_transport=*/false);
+  DefineTlsFlags(flags, /*server=*/true);
   if (int rc = ParseFlags(flags, argc, argv, "coordinator"); rc >= 0) return rc;
   coordinator::CoordinatorOptions options;
+  auto tls = TlsFromFlags(flags, "coordinator");
+  if (!tls.ok()) return Fail("coordinator", tls.status());
+  options.tls = *tls;
+  options.insecure = flags.GetBool("insecure");
   if (!flags.GetBool("no-repair")) {
     auto repair_every = flags.GetDuration("repair-every");
     if (!repair_every.ok()) return Fail("coordinator", repair_every.status());
@@ -91,6 +97,9 @@ int RunCoordinator(int argc, char** argv) {
     if (!rdma.ok()) return Fail("coordinator", rdma.status());
     ClientOptions copier;
     copier.rdma = *std::move(rdma);
+    copier.tls_ca_file = tls->ca_file;
+    copier.tls_cert_file = tls->cert_file;
+    copier.tls_key_file = tls->key_file;
     options.stripe_copier = ClientStripeCopier(std::move(copier));
     options.repair_every = *repair_every;
   }
@@ -246,8 +255,13 @@ int RunNode(int argc, char** argv) {
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
                "none); published in the cluster map");
   DefineEvictionFlags(flags);
+  DefineTlsFlags(flags, /*server=*/true);
   if (int rc = ParseFlags(flags, argc, argv, "node"); rc >= 0) return rc;
   store::NodeOptions options;
+  auto tls = TlsFromFlags(flags, flags.Get("node-id"));
+  if (!tls.ok()) return Fail("node", tls.status());
+  options.tls = *tls;
+  options.insecure = flags.GetBool("insecure");
   options.env = StderrEnv();
   if (absl::Status s = EvictionFromFlags(flags, &options); !s.ok()) {
     return Fail("node", s);
@@ -336,6 +350,7 @@ absl::StatusOr<LocalClusterOptions> ClusterFlags(const Flags& flags) {
     options.node_args.push_back(std::move(arg));
   }
   if (flags.GetBool("no-shm")) options.node_args.push_back("--no-shm");
+  options.tls_dir = flags.Get("tls-dir");
   return options;
 }
 
@@ -349,6 +364,10 @@ void DefineClusterFlags(Flags& flags, const char* default_port) {
   flags.DefineBool("no-shm",
                    "nodes do not serve this host's clients over shared "
                    "memory (they then use the network transport)");
+  flags.Define("tls-dir", "",
+               "run the control plane over TLS with the certificates in DIR "
+               "(`meshpool certs init DIR`); clients then need "
+               "MESHPOOL_TLS_DIR=DIR or --tls-dir DIR");
 }
 
 }  // namespace

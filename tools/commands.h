@@ -25,11 +25,12 @@ int RunDoctor(int argc, char** argv);
 int RunWeights(int argc, char** argv);
 int RunPin(int argc, char** argv);
 int RunPrefix(int argc, char** argv);
+int RunCerts(int argc, char** argv);
 
 class Flags;
 
-// Declares the flags every client command takes: --coordinator and the
-// RDMA device flags.
+// Declares the flags every client command takes: --coordinator, the RDMA
+// device flags and the TLS flags.
 void DefineClientFlags(Flags& flags);
 
 // Parses a client command's flags, checks it got min..max positional

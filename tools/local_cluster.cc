@@ -160,6 +160,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const absl::Time deadline = absl::Now() + options.start_timeout;
   // Flags every coordinator gets.
   std::vector<std::string> shared = options.coordinator_args;
+  if (!options.tls_dir.empty()) {
+    shared.insert(shared.end(), {"--tls-dir", options.tls_dir});
+  }
   if (options.coordinators > 1) {
     MESHPOOL_RETURN_IF_ERROR(cluster->StartEtcd(options, deadline));
     shared.insert(shared.end(), {"--etcd", cluster->etcd_});
@@ -190,6 +193,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       args.push_back("--slab-size");
       args.push_back(absl::StrCat(options.slab_bytes));
     }
+    if (!options.tls_dir.empty()) {
+      args.insert(args.end(), {"--tls-dir", options.tls_dir});
+    }
     args.insert(args.end(), options.node_args.begin(), options.node_args.end());
     MESHPOOL_ASSIGN_OR_RETURN(pid_t node, Spawn(binary, args, -1, options.quiet));
     cluster->nodes_.push_back(node);
@@ -197,8 +203,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   // Wait until every node registered.
   MESHPOOL_ASSIGN_OR_RETURN(
-      auto coordinator,
-      placement::CoordinatorClient::Connect(cluster->coordinator_));
+      auto coordinator, placement::CoordinatorClient::Connect(
+                            cluster->coordinator_, absl::Seconds(3),
+                            auth::TlsConfig::InDir(options.tls_dir, "admin")));
   while (true) {
     int alive = 0;
     absl::StatusOr<proto::ClusterMap> map = coordinator->GetClusterMap();

@@ -38,6 +38,10 @@ struct LocalClusterOptions {
   // stands by). REQUIRES: state_dir when above 1.
   int coordinators = 1;
   std::string etcd_binary = "/usr/bin/etcd";
+  // TLS certificates (`meshpool certs init`): the coordinators and nodes
+  // serve TLS with DIR's coordinator and node-I certificates, and the
+  // cluster watches its nodes with DIR's admin certificate. Empty: no TLS.
+  std::string tls_dir;
 };
 
 class LocalCluster {

@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
      "measure ops/s, GB/s and latency percentiles"},
     {"weights", meshpool::tools::RunWeights,
      "load, list, fetch and remove model weights (safetensors)"},
+    {"certs", meshpool::tools::RunCerts,
+     "make TLS certificates for a cluster (a CA, then one per process)"},
     {"doctor", meshpool::tools::RunDoctor,
      "check this host's RDMA setup and say how to fix it"},
 };

@@ -12,6 +12,8 @@ PACKAGES=(
   libmicrohttpd-dev
   # Coordinators sharing their state in etcd (tests start their own members).
   etcd-server
+  # `meshpool certs` makes a cluster's TLS certificates with openssl.
+  openssl
   # The Python package (python/): Debian's python3 and its packages.
   python3-dev python3-pybind11 pybind11-dev python3-pytest python3-numpy
   python3-torch python3-venv python3-pip python3-setuptools python3-wheel

@@ -66,6 +66,17 @@ struct ClientOptions {
   // Threads that run batches: the async calls' work, and the per-node
   // parts of a synchronous batch spanning several nodes (1..64).
   int batch_threads = 4;
+  // TLS for the control plane (the coordinator's and the nodes' gRPC
+  // services): PEM files of the cluster's CA and of this client's
+  // certificate and key; `meshpool certs init DIR` writes DIR/ca.pem,
+  // DIR/client.pem and DIR/client.key. Give all three or none. None: the
+  // files in the MESHPOOL_TLS_DIR environment variable's directory when it
+  // is set (ca.pem, and NAME.pem / NAME.key with NAME from MESHPOOL_TLS_NAME,
+  // default "client"), else no TLS. A cluster serving TLS refuses clients
+  // without a certificate from its CA.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // RDMA (verbs) settings, used for nodes whose transport address is
   // "verbs://..."; nodes at "tcp://..." addresses are reached over TCP.
   struct Rdma {

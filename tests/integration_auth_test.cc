@@ -1,0 +1,217 @@
+// The control plane under TLS, against real `meshpool` processes: a cluster
+// started with `meshpool certs init`'s certificates serves clients that
+// present one, refuses those without, binds a node's id to its certificate,
+// lets only a region's owner or an admin delete it; and servers refuse to
+// listen beyond loopback without TLS unless told --insecure.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "auth/auth.h"
+#include "gtest/gtest.h"
+#include "meshpool/client.h"
+#include "meshpool/region.h"
+#include "placement/coordinator_client.h"
+#include "tests/shell_util.h"
+#include "tools/local_cluster.h"
+#include "tools/tls.h"
+
+namespace meshpool {
+namespace {
+
+// A fresh directory under the test's temporary directory.
+std::string TempDir(absl::string_view tag) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(base != nullptr ? base : "/tmp",
+                                 "/meshpool-auth-", tag, "-", ::getpid());
+  testing::Shell(absl::StrCat("rm -rf ", dir));
+  return dir;
+}
+
+// A cluster of two nodes serving TLS with certificates made for it.
+class TlsClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    certs_ = TempDir("certs");
+    std::vector<tools::CertIdentity> ids = tools::DefaultIdentities(2);
+    ids.push_back({auth::Role::kClient, "bob"});
+    absl::Status made = tools::CertsInit(certs_, ids);
+    ASSERT_TRUE(made.ok()) << made;
+    tools::LocalClusterOptions options;
+    options.binary = MESHPOOL_BINARY;
+    options.nodes = 2;
+    options.capacity_bytes = 32 << 20;
+    options.node_args = {"--transport", "tcp", "--no-shm"};
+    options.tls_dir = certs_;
+    auto cluster = tools::LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+  void TearDown() override {
+    cluster_.reset();
+    testing::Shell(absl::StrCat("rm -rf ", certs_));
+  }
+
+  // A client presenting DIR/NAME.pem ("" for none).
+  absl::StatusOr<std::unique_ptr<Client>> ConnectAs(absl::string_view name) {
+    ClientOptions options;
+    options.coordinator = cluster_->coordinator_address();
+    options.connect_timeout = absl::Seconds(2);
+    if (!name.empty()) {
+      auth::TlsConfig tls = auth::TlsConfig::InDir(certs_, name);
+      options.tls_ca_file = tls.ca_file;
+      options.tls_cert_file = tls.cert_file;
+      options.tls_key_file = tls.key_file;
+    }
+    return Client::Connect(options);
+  }
+
+  // The coordinator's stub, presenting DIR/NAME.pem.
+  std::unique_ptr<placement::CoordinatorClient> CoordinatorAs(
+      absl::string_view name) {
+    auto c = placement::CoordinatorClient::Connect(
+        cluster_->coordinator_address(), absl::Seconds(3),
+        auth::TlsConfig::InDir(certs_, name));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  std::string certs_;
+  std::unique_ptr<tools::LocalCluster> cluster_;
+};
+
+TEST_F(TlsClusterTest, ClientsWithACertificateAreServed) {
+  auto client = ConnectAs("client");
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("tls-key", "over tls").ok());
+  auto got = (*client)->Get("tls-key");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "over tls");
+  auto region = CreateRegion(**client, "tls-region", 1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status();
+}
+
+TEST_F(TlsClusterTest, ClientsWithoutACertificateAreRefused) {
+  auto client = ConnectAs("");
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable)
+      << client.status();
+  // And the cluster keeps serving the others.
+  auto good = ConnectAs("client");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Put("still", "serving").ok());
+}
+
+TEST_F(TlsClusterTest, ANodeCannotRegisterUnderAnotherNodesId) {
+  auto coordinator = CoordinatorAs("node-2");
+  ASSERT_NE(coordinator, nullptr);
+  auto map = coordinator->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  proto::NodeInfo hijack;
+  for (const auto& entry : map->nodes()) {
+    if (entry.info().node_id() == "node-1") hijack = entry.info();
+  }
+  ASSERT_EQ(hijack.node_id(), "node-1");
+  hijack.set_incarnation(hijack.incarnation() + 1);
+  auto registered = coordinator->RegisterNode(hijack);
+  EXPECT_EQ(registered.status().code(), absl::StatusCode::kPermissionDenied)
+      << registered.status();
+  EXPECT_TRUE(absl::StrContains(registered.status().message(), "node:node-2"))
+      << registered.status();
+  // Nor may a client register a node at all.
+  auto as_client = CoordinatorAs("client");
+  ASSERT_NE(as_client, nullptr);
+  EXPECT_EQ(as_client->RegisterNode(hijack).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // node-1 is still the one alive under its id, and serves.
+  map = coordinator->GetClusterMap();
+  ASSERT_TRUE(map.ok());
+  int alive = 0;
+  for (const auto& entry : map->nodes()) {
+    alive += entry.state() == proto::NODE_ALIVE;
+  }
+  EXPECT_EQ(alive, 2);
+  auto client = ConnectAs("client");
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE((*client)->Put(absl::StrCat("k", i), "v").ok()) << i;
+  }
+}
+
+TEST_F(TlsClusterTest, OnlyARegionsOwnerOrAnAdminMayDeleteOrRenameIt) {
+  auto owner = ConnectAs("client");
+  auto bob = ConnectAs("bob");
+  auto admin = ConnectAs("admin");
+  ASSERT_TRUE(owner.ok() && bob.ok() && admin.ok());
+  ASSERT_TRUE(CreateRegion(**owner, "owned", 1 << 20).ok());
+  absl::Status s = DeleteRegion(**bob, "owned");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "client:client")) << s;
+  s = RenameRegion(**bob, "owned", "stolen");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  // Bob may not replace it with his own either.
+  ASSERT_TRUE(CreateRegion(**bob, "bobs", 1 << 20).ok());
+  s = RenameRegion(**bob, "bobs", "owned", /*replace=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(OpenRegion(**bob, "owned").ok()) << "reading stays open to all";
+  // Its owner may rename it; an admin may delete it.
+  EXPECT_TRUE(RenameRegion(**owner, "owned", "owned2").ok());
+  EXPECT_TRUE(DeleteRegion(**admin, "owned2").ok());
+  EXPECT_EQ(OpenRegion(**owner, "owned2").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ProtectedModeTest, ServersRefuseNonLoopbackAddressesWithoutTls) {
+  testing::ShellResult coordinator = testing::Shell(
+      absl::StrCat(MESHPOOL_BINARY, " coordinator --listen 0.0.0.0:0"));
+  EXPECT_NE(coordinator.exit_code, 0) << coordinator.output;
+  EXPECT_TRUE(absl::StrContains(coordinator.output, "--tls-dir"))
+      << coordinator.output;
+  EXPECT_TRUE(absl::StrContains(coordinator.output, "--insecure"))
+      << coordinator.output;
+  testing::ShellResult node = testing::Shell(absl::StrCat(
+      MESHPOOL_BINARY,
+      " node --coordinator 127.0.0.1:1 --capacity 8MiB --listen 0.0.0.0:0"));
+  EXPECT_NE(node.exit_code, 0) << node.output;
+  EXPECT_TRUE(absl::StrContains(node.output, "--tls-dir")) << node.output;
+  // --insecure says it knowingly: the coordinator then serves (and stops
+  // when told to).
+  testing::ShellResult insecure = testing::Shell(
+      absl::StrCat("timeout -s INT 2 ", MESHPOOL_BINARY,
+                   " coordinator --insecure --listen 0.0.0.0:0"));
+  EXPECT_TRUE(absl::StrContains(insecure.output, "listening on"))
+      << insecure.output;
+}
+
+TEST(CertsTest, InitRefusesADirectoryThatHoldsACaAndAddIssuesMore) {
+  const std::string dir = TempDir("init");
+  ASSERT_TRUE(tools::CertsInit(dir, tools::DefaultIdentities(1)).ok());
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/ca.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the CA key is private";
+  ASSERT_EQ(::stat((dir + "/node-1.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(tools::CertsInit(dir, tools::DefaultIdentities(1)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(tools::CertsAdd(dir, {auth::Role::kNode, "node-7"}).ok());
+  EXPECT_EQ(tools::CertsAdd(dir, {auth::Role::kNode, "node-7"}).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(tools::CertsAdd(dir, {auth::Role::kNode, "../x"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tools::CertsAdd(dir + "/none", {auth::Role::kNode, "n"}).code(),
+            absl::StatusCode::kNotFound);
+  testing::ShellResult subject = testing::Shell(
+      absl::StrCat("openssl x509 -noout -subject -in ", dir, "/node-7.pem"));
+  EXPECT_TRUE(absl::StrContains(subject.output, "node:node-7"))
+      << subject.output;
+  testing::Shell(absl::StrCat("rm -rf ", dir));
+}
+
+}  // namespace
+}  // namespace meshpool
