@@ -54,6 +54,14 @@ enum class Role {
 absl::string_view RoleName(Role role);
 Role ParseRole(absl::string_view name);
 
+// The role sets the services allow: any certificate; the data plane's
+// users (clients, admins, and the coordinator, which copies region stripes
+// as a client).
+inline constexpr std::initializer_list<Role> kAnyRole = {
+    Role::kCoordinator, Role::kNode, Role::kClient, Role::kAdmin};
+inline constexpr std::initializer_list<Role> kDataUsers = {
+    Role::kClient, Role::kAdmin, Role::kCoordinator};
+
 struct Identity {
   Role role = Role::kNone;
   std::string name;

@@ -14,10 +14,8 @@ namespace {
 using auth::Role;
 
 // Who may call what (with TLS; without it everyone may everything).
-constexpr std::initializer_list<Role> kAnyone = {
-    Role::kCoordinator, Role::kNode, Role::kClient, Role::kAdmin};
-constexpr std::initializer_list<Role> kUsers = {Role::kClient, Role::kAdmin,
-                                                Role::kCoordinator};
+constexpr std::initializer_list<Role> kAnyone = auth::kAnyRole;
+constexpr std::initializer_list<Role> kUsers = auth::kDataUsers;
 
 // With TLS, a node registers and heartbeats only under the name its
 // certificate gives; `node_id` empty takes that name.

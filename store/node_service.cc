@@ -19,11 +19,8 @@ namespace {
 using auth::Role;
 
 // Who may call what (with TLS; without it everyone may everything).
-constexpr std::initializer_list<Role> kAnyone = {
-    Role::kCoordinator, Role::kNode, Role::kClient, Role::kAdmin};
-// Clients of the data plane: the coordinator copies region stripes as one.
-constexpr std::initializer_list<Role> kUsers = {Role::kClient, Role::kAdmin,
-                                                Role::kCoordinator};
+constexpr std::initializer_list<Role> kAnyone = auth::kAnyRole;
+constexpr std::initializer_list<Role> kUsers = auth::kDataUsers;
 constexpr std::initializer_list<Role> kCoordinatorOnly = {Role::kCoordinator};
 
 }  // namespace
