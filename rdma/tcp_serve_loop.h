@@ -5,7 +5,7 @@
 // against a RegionRegistry, and writes the responses, never blocking on one
 // peer. An idle connection costs a descriptor and a few KiB, no thread.
 //
-// Thread-safety: Adopt, RequestEvictions and connections() may be called
+// Thread-safety: Adopt and RequestEvictions may be called
 // from any thread; everything else runs on the loop's thread. The destructor
 // stops the thread and closes every connection (calling on_close for each).
 #ifndef MESHPOOL_RDMA_TCP_SERVE_LOOP_H_
