@@ -139,7 +139,7 @@ class UcTransport : public Transport {
       const Handshake& handshake, bool* joined) {
     std::shared_ptr<PeerLink> slot;
     {
-      absl::MutexLock lock(&mu_);
+      absl::MutexLock lock(&peers_mu_);
       auto it = peers_.find(peer_address);
       if (it == peers_.end()) {
         ForgetUnusedPeersLocked();
@@ -170,7 +170,7 @@ class UcTransport : public Transport {
   // address), so that the map does not grow with every node instance ever
   // dialled. An entry only the map holds has no thread in JoinLink, so its
   // lock is free.
-  void ForgetUnusedPeersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void ForgetUnusedPeersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peers_mu_) {
     for (auto it = peers_.begin(); it != peers_.end();) {
       bool unused = false;
       if (it->second.use_count() == 1) {
@@ -229,10 +229,15 @@ class UcTransport : public Transport {
 
   const UcOptions options_;
   const std::shared_ptr<internal::RegionRegistry> registry_;
+  // Lock order: peers_mu_, then a PeerLink's mu, then mu_ (a link is made
+  // under its PeerLink's lock and opens the devices under mu_). One lock
+  // for both maps would be taken in both orders, which absl's deadlock
+  // detector (on in Debian's build) aborts on.
+  absl::Mutex peers_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::map<std::string, std::shared_ptr<PeerLink>, std::less<>> peers_
+      ABSL_GUARDED_BY(peers_mu_);
   absl::Mutex mu_;
   std::shared_ptr<internal::VerbsUcLinks> links_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<PeerLink>, std::less<>> peers_
-      ABSL_GUARDED_BY(mu_);
   // Last: destroyed first, so no session outlives the transport.
   std::unique_ptr<internal::UcResponder> responder_ ABSL_GUARDED_BY(mu_);
 };
