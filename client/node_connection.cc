@@ -6,6 +6,7 @@
 #include "client/meshpool/client.h"
 #include "common/common.h"
 #include "format/protocol.h"
+#include "placement/placement.h"
 
 namespace meshpool::client_internal {
 namespace {
@@ -96,17 +97,12 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> NodeConnection::Create(
   }
   std::shared_ptr<NodeConnection> conn(
       new NodeConnection(info, transport, address, options));
-  const proto::PoolLayout& l = info.layout();
-  conn->layout_ = format::PoolLayout{
-      l.pool_bytes(),       l.index_offset(),    l.bucket_count(),
-      l.slab_area_offset(), l.slab_bytes(),      l.slab_count(),
-      l.slab_meta_offset(), l.pin_area_offset(), l.pin_sessions(),
-      l.pins_per_session()};
   // Checked before anything is sized by it: a hostile or broken node must
-  // not make its clients allocate without bound or address outside its pool.
-  if (absl::Status valid =
-          format::ValidateLayout(conn->layout_, info.pool().length());
-      !valid.ok()) {
+  // not make its clients allocate without bound or address outside its pool
+  // (the coordinator checks it too; this client may be talking to an older
+  // or a compromised one).
+  conn->layout_ = placement::NodeLayout(info);
+  if (absl::Status valid = placement::ValidateNodeLayout(info); !valid.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", info.node_id(), " (", info.control_address(),
                      ") registered a bad pool layout: ", valid.message()));

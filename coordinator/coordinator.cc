@@ -161,7 +161,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       std::make_unique<RegionTable>(state, options.region_nodes.get(), options.env);
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
-      Membership::Create(std::move(options.state), options.dead_after, options.env));
+      Membership::Create(std::move(options.state), options.dead_after,
+                         options.registration, options.env));
   const bool durable = !options.state_dir.empty() || leadership != nullptr;
   const absl::Duration reconcile_every = options.reconcile_every.value_or(
       durable ? kDefaultReconcileEvery : absl::ZeroDuration());

@@ -35,6 +35,7 @@
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/etcd_leader.h"
+#include "coordinator/membership.h"
 #include "coordinator/region_repair.h"
 #include "coordinator/region_table.h"
 #include "metrics/metrics.h"
@@ -58,6 +59,9 @@ struct CoordinatorOptions {
   bool insecure = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to nodes
   absl::Duration dead_after = absl::Seconds(3);  // no heartbeat this long -> NODE_DEAD
+  // What one node may claim and how often one caller may register
+  // (coordinator/membership.h).
+  RegistrationLimits registration;
   // Clock (heartbeats, deaths, region stamps) and log sink; not owned,
   // must outlive the coordinator. Null: Env::Default().
   Env* env = nullptr;
@@ -107,7 +111,6 @@ struct CoordinatorOptions {
   std::string metrics_listen;
 };
 
-class Membership;
 class CoordinatorServer;
 class RegionTable;
 

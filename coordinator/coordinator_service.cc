@@ -31,6 +31,19 @@ grpc::Status CheckNodeName(const grpc::ServerContext& context,
                    "': a node's id is the name in its certificate"));
 }
 
+// Who makes a call, for rate limits: the identity in its certificate, or
+// without TLS its host ("ipv4:127.0.0.1" of "ipv4:127.0.0.1:5555"), since
+// its port changes with every connection.
+std::string Caller(const grpc::ServerContext& context) {
+  const auth::Identity peer = auth::PeerIdentity(context);
+  if (peer.role != Role::kNone) return peer.ToString();
+  std::string host = context.peer();
+  if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host.resize(colon);
+  }
+  return host;
+}
+
 // The owner a non-admin caller must be to change a region ("" = anyone).
 std::string OnlyOwner(const grpc::ServerContext& context) {
   const auth::Identity peer = auth::PeerIdentity(context);
@@ -81,7 +94,8 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<proto::RegisterNodeReply> result = membership_->Register(info);
+  absl::StatusOr<proto::RegisterNodeReply> result =
+      membership_->Register(info, Caller(*context));
   if (!result.ok()) return ToGrpc(result.status());
   *reply = *std::move(result);
   reply->set_heartbeat_interval_ms(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "placement/placement.h"
 
 namespace meshpool::coordinator {
@@ -38,7 +39,8 @@ absl::Status Invalid(const proto::NodeInfo& info, absl::string_view what) {
 
 }  // namespace
 
-absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
+absl::Status ValidateNodeInfo(const proto::NodeInfo& info,
+                              uint64_t max_node_bytes) {
   if (info.node_id().size() > placement::kMaxNodeIdBytes) {
     return Invalid(info, absl::StrCat("node_id is ", info.node_id().size(),
                                       " bytes; use at most ", placement::kMaxNodeIdBytes));
@@ -46,12 +48,35 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
   if (info.transport_addresses().empty()) {
     return Invalid(info, "no transport address; give at least one, e.g. tcp://127.0.0.1:7001");
   }
+  if (info.transport_addresses_size() > kMaxTransportAddresses) {
+    return Invalid(info, absl::StrCat(info.transport_addresses_size(),
+                                      " transport addresses; give at most ",
+                                      kMaxTransportAddresses));
+  }
   for (const std::string& address : info.transport_addresses()) {
     if (address.empty()) return Invalid(info, "a transport address is empty");
   }
   if (info.control_address().empty()) {
     return Invalid(info, "no control address; clients need the node's gRPC "
                          "service for slab grants");
+  }
+  for (const auto& [name, value] :
+       {std::pair<absl::string_view, absl::string_view>{"control address",
+                                                        info.control_address()},
+        {"hostname", info.hostname()},
+        {"metrics address", info.metrics_address()}}) {
+    if (value.size() > kMaxNodeAddressBytes) {
+      return Invalid(
+          info, absl::StrCat("its ", name, " is ", value.size(),
+                             " bytes; use at most ", kMaxNodeAddressBytes));
+    }
+  }
+  for (const std::string& address : info.transport_addresses()) {
+    if (address.size() > kMaxNodeAddressBytes) {
+      return Invalid(
+          info, absl::StrCat("a transport address is ", address.size(),
+                             " bytes; use at most ", kMaxNodeAddressBytes));
+    }
   }
   if (!info.has_pool() || info.pool().length() == 0) {
     return Invalid(info, "no pool region; register the pool memory and send its RemoteRegion");
@@ -62,25 +87,43 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info) {
   if (!info.has_layout() || info.layout().pool_bytes() == 0) {
     return Invalid(info, "missing pool layout; send the node's PoolLayout");
   }
+  if (absl::Status layout = placement::ValidateNodeLayout(info); !layout.ok()) {
+    return Invalid(info, absl::StrCat("its pool layout: ", layout.message()));
+  }
+  if (max_node_bytes == 0) max_node_bytes = format::kMaxPoolBytes;
+  if (info.capacity_bytes() > max_node_bytes) {
+    return Invalid(
+        info,
+        absl::StrCat(
+            "capacity_bytes ", info.capacity_bytes(),
+            " exceeds this coordinator's limit of ", max_node_bytes,
+            " per node (--max-node-bytes); give the node a smaller pool, or "
+            "raise the limit if nodes really are that large"));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
     std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-    Env* env) {
+    const RegistrationLimits& limits, Env* env) {
   if (state == nullptr) state = NewInMemoryCoordinatorState();
   env = EnvOrDefault(env);
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state->Snapshot());
   const int64_t start_ms = absl::ToUnixMillis(env->Now());
-  return std::unique_ptr<Membership>(
-      new Membership(std::move(state), dead_after, env, map.epoch(), start_ms));
+  return std::unique_ptr<Membership>(new Membership(
+      std::move(state), dead_after, limits, env, map.epoch(), start_ms));
 }
 
-Membership::Membership(std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-                       Env* env, uint64_t epoch, int64_t start_ms)
+Membership::Membership(std::unique_ptr<CoordinatorState> state,
+                       absl::Duration dead_after,
+                       const RegistrationLimits& limits, Env* env,
+                       uint64_t epoch, int64_t start_ms)
     : state_(std::move(state)),
       dead_after_(dead_after),
+      max_node_bytes_(limits.max_node_bytes),
       env_(env),
+      registrations_(limits.registrations_per_minute, "node registrations",
+                     "--registrations-per-minute", env),
       start_ms_(start_ms),
       epoch_(epoch) {}
 
@@ -91,8 +134,10 @@ absl::Status Membership::CheckRunning() const {
   return absl::UnavailableError("the coordinator is shutting down; retry against its successor");
 }
 
-absl::StatusOr<proto::RegisterNodeReply> Membership::Register(const proto::NodeInfo& info) {
-  MESHPOOL_RETURN_IF_ERROR(ValidateNodeInfo(info));
+absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
+    const proto::NodeInfo& info, absl::string_view caller) {
+  MESHPOOL_RETURN_IF_ERROR(registrations_.Admit(caller));
+  MESHPOOL_RETURN_IF_ERROR(ValidateNodeInfo(info, max_node_bytes_));
   absl::MutexLock lock(&mu_);
   MESHPOOL_RETURN_IF_ERROR(CheckRunning());
   proto::NodeEntry entry;

@@ -18,14 +18,37 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/rate_limiter.h"
 #include "proto/meshpool.pb.h"
 
 namespace meshpool::coordinator {
 
-// InvalidArgument naming the first missing piece of a registration: id too
-// long, no transport address (or an empty one), no pool region, zero
-// capacity, missing layout. OK otherwise.
-absl::Status ValidateNodeInfo(const proto::NodeInfo& info);
+// Bounds on the strings a registration puts in the map every client reads.
+inline constexpr size_t kMaxNodeAddressBytes = 256;
+inline constexpr int kMaxTransportAddresses = 8;
+// Registrations one caller may make a minute by default (a burst of as
+// many): far above what restarts need, far below what churns the map.
+inline constexpr int kDefaultRegistrationsPerMinute = 120;
+
+// What one node may make of the cluster (CoordinatorOptions).
+struct RegistrationLimits {
+  // The largest capacity a node may report: placement weighs nodes by it,
+  // so a node that claims more draws the keys of all others. 0: the largest
+  // pool a node can address (format::kMaxPoolBytes).
+  uint64_t max_node_bytes = 0;
+  // Registrations per minute per caller (its certificate's identity, or its
+  // host without TLS); 0: no limit.
+  int registrations_per_minute = kDefaultRegistrationsPerMinute;
+};
+
+// InvalidArgument naming the first piece of a registration that is missing
+// or does not hold: id too long, no transport address (or an empty one),
+// addresses too many or too long, no pool region, zero capacity, missing
+// layout, a layout that does not fit the pool region or a capacity beyond
+// the pool (placement::ValidateNodeLayout), a capacity above
+// `max_node_bytes` (0: format::kMaxPoolBytes). OK otherwise.
+absl::Status ValidateNodeInfo(const proto::NodeInfo& info,
+                              uint64_t max_node_bytes = 0);
 
 class Membership {
  public:
@@ -35,13 +58,17 @@ class Membership {
   // grace period of dead_after from now before they can be declared dead.
   static absl::StatusOr<std::unique_ptr<Membership>> Create(
       std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-      Env* env);
+      const RegistrationLimits& limits, Env* env);
 
-  // Validates (ValidateNodeInfo), assigns an id when info.node_id is empty,
-  // stores the node NODE_ALIVE and bumps the epoch. Reply carries node_id
-  // and the new epoch (heartbeat_interval_ms is left to the caller).
-  // Unavailable after Shutdown.
-  absl::StatusOr<proto::RegisterNodeReply> Register(const proto::NodeInfo& info);
+  // Admits one registration by `caller` (who registers: a certificate
+  // identity or a peer host; ResourceExhausted past
+  // limits.registrations_per_minute), validates it (ValidateNodeInfo,
+  // InvalidArgument), assigns an id when info.node_id is empty, stores the
+  // node NODE_ALIVE and bumps the epoch. Reply carries node_id and the new
+  // epoch (heartbeat_interval_ms is left to the caller). Unavailable after
+  // Shutdown.
+  absl::StatusOr<proto::RegisterNodeReply> Register(const proto::NodeInfo& info,
+                                                    absl::string_view caller);
 
   // known=false for an unknown id, a stale incarnation or a dead node;
   // otherwise stores the heartbeat time and stats. Unavailable after Shutdown.
@@ -66,13 +93,16 @@ class Membership {
 
  private:
   Membership(std::unique_ptr<CoordinatorState> state, absl::Duration dead_after,
-             Env* env, uint64_t epoch, int64_t start_ms);
+             const RegistrationLimits& limits, Env* env, uint64_t epoch,
+             int64_t start_ms);
   int64_t NowMillis() const;
   absl::Status CheckRunning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<CoordinatorState> state_;
   const absl::Duration dead_after_;
+  const uint64_t max_node_bytes_;
   Env* const env_;
+  RateLimiter registrations_;
   const int64_t start_ms_;  // the grace period for nodes found in the state
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);

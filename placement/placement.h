@@ -2,7 +2,9 @@
 // hashing over a ClusterMap (HomeNode, RankNodes); region stripes are laid
 // out by placement/region_layout.h. The coordinator server that keeps the
 // map is coordinator/coordinator.h; its client stub is
-// placement/coordinator_client.h.
+// placement/coordinator_client.h. NodeLayout and ValidateNodeLayout read
+// and check the pool layout a node registered, for the coordinator that
+// accepts it and the clients that address its memory by it.
 //
 // Pure functions of their arguments; thread-safe.
 #ifndef MESHPOOL_PLACEMENT_PLACEMENT_H_
@@ -12,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "format/layout.h"
 #include "proto/meshpool.pb.h"
 
 namespace meshpool::placement {
@@ -37,6 +41,16 @@ int HomeNode(const proto::ClusterMap& map, uint64_t key_hash_lo, uint64_t key_ha
 // node is eligible or count is 0.
 std::vector<int> RankNodes(const proto::ClusterMap& map, uint64_t key_hash_lo,
                            uint64_t key_hash_hi, size_t count);
+
+// The pool layout `info` registered, as the format module's struct.
+format::PoolLayout NodeLayout(const proto::NodeInfo& info);
+
+// Checks what a node registered about its memory before anything is sized,
+// addressed or weighed by it: its layout fits its pool region
+// (format::ValidateLayout against info.pool().length()), and capacity_bytes,
+// which placement weighs the node by, is at most the layout's pool_bytes.
+// InvalidArgument naming the first field that does not hold.
+absl::Status ValidateNodeLayout(const proto::NodeInfo& info);
 
 }  // namespace meshpool::placement
 

@@ -25,6 +25,10 @@ meshpool_test(client_weights_test
 meshpool_test(client_kv_cache_test
   SOURCES client_kv_cache_test.cc
   LIBS meshpool_client meshpool_store meshpool_coordinator meshpool_rdma)
+# The client's own check of the pool layouts nodes registered.
+meshpool_test(client_node_layout_test
+  SOURCES client_node_layout_test.cc
+  LIBS meshpool_client meshpool_proto meshpool_format meshpool_rdma)
 # The client's internal retry outcomes: typed, never confused with a plain
 # Aborted.
 meshpool_test(client_kv_retry_test

@@ -23,6 +23,7 @@
 #include "tests/etcd_process.h"
 #include "tests/fake_env.h"
 #include "tests/fake_region_nodes.h"
+#include "tests/node_info.h"
 #include "tests/state_entries.h"
 #include "tests/temp_dir.h"
 
@@ -68,10 +69,8 @@ proto::RegionInfo RegionNamed(const std::string& name, uint64_t id) {
 // of 4 MiB.
 proto::NodeInfo NodeN1() {
   proto::NodeInfo info = testing::Entry("n1").info();
-  info.set_capacity_bytes(64 << 20);
   info.add_transport_addresses("tcp://127.0.0.1:1");
-  info.mutable_pool()->set_length(64 << 20);
-  info.mutable_layout()->set_pool_bytes(64 << 20);
+  testing::SetPool(&info, 64 << 20, testing::kSlab);
   return info;
 }
 

@@ -22,6 +22,7 @@
 #include "placement/placement.h"
 #include "proto/proto.h"
 #include "tests/fake_env.h"
+#include "tests/node_info.h"
 
 namespace meshpool::coordinator {
 
@@ -46,13 +47,11 @@ proto::NodeInfo ValidNode(const std::string& id = "", uint64_t incarnation = 1) 
   proto::NodeInfo info;
   info.set_node_id(id);
   info.set_incarnation(incarnation);
-  info.set_capacity_bytes(uint64_t{1} << 30);
   info.set_control_address("127.0.0.1:7000");
   info.add_transport_addresses("tcp://127.0.0.1:7001");
   info.mutable_pool()->set_addr(0x10000);
   info.mutable_pool()->set_rkey(7);
-  info.mutable_pool()->set_length(uint64_t{1} << 30);
-  info.mutable_layout()->set_pool_bytes(uint64_t{1} << 30);
+  testing::SetPool(&info, uint64_t{1} << 30);
   info.set_hostname("test");
   return info;
 }
@@ -110,7 +109,8 @@ class CoordinatorTest : public ::testing::Test {
   void SetUp() override { Start(kQuietHeartbeat, absl::Hours(3) + kDeadAfter); }
 
   void Start(absl::Duration heartbeat, absl::Duration dead_after,
-             std::string listen = "127.0.0.1:0") {
+             std::string listen = "127.0.0.1:0",
+             RegistrationLimits registration = {}) {
     client_.reset();
     coordinator_.reset();
     dead_after_ = dead_after;
@@ -119,6 +119,7 @@ class CoordinatorTest : public ::testing::Test {
     options.heartbeat_interval = heartbeat;
     options.dead_after = dead_after;
     options.env = &env_;
+    options.registration = registration;
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Start(std::move(options));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -321,6 +322,108 @@ TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {
   }
   EXPECT_EQ(RemoteMap().epoch(), 0u);
   EXPECT_EQ(RemoteMap().nodes_size(), 0);
+}
+
+// A node claiming more memory than its pool, or than the coordinator
+// allows a node, would draw most keys to itself (placement weighs nodes by
+// capacity): refused, and the map stays as it was.
+TEST_F(CoordinatorTest, OversizedCapacityOrUnfitLayoutIsRefused) {
+  struct Case {
+    std::string what;
+    proto::NodeInfo info;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"exceeds the pool layout's pool_bytes", ValidNode()});
+  cases.back().info.set_capacity_bytes(uint64_t{1} << 44);
+  cases.push_back({"slab table", ValidNode()});
+  cases.back().info.mutable_layout()->set_slab_count(uint64_t{1} << 40);
+  cases.push_back({"pool_bytes", ValidNode()});
+  cases.back().info.mutable_pool()->set_length(uint64_t{1} << 20);
+  cases.push_back({"transport addresses", ValidNode()});
+  for (int i = 0; i < kMaxTransportAddresses; ++i) {
+    cases.back().info.add_transport_addresses("tcp://127.0.0.1:1");
+  }
+  cases.push_back({"control address is", ValidNode()});
+  cases.back().info.set_control_address(
+      std::string(kMaxNodeAddressBytes + 1, 'a'));
+  for (const Case& c : cases) {
+    absl::StatusOr<proto::RegisterNodeReply> reply =
+        client_->RegisterNode(c.info);
+    ASSERT_FALSE(reply.ok()) << c.what;
+    EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument)
+        << reply.status();
+    EXPECT_THAT(std::string(reply.status().message()), HasSubstr(c.what));
+  }
+  EXPECT_EQ(RemoteMap().nodes_size(), 0);
+
+  // A cap of 512 MiB per node: the 1 GiB node is refused, naming the flag.
+  RegistrationLimits capped;
+  capped.max_node_bytes = uint64_t{512} << 20;
+  Start(kQuietHeartbeat, absl::Hours(3) + kDeadAfter, "127.0.0.1:0", capped);
+  absl::StatusOr<proto::RegisterNodeReply> big =
+      client_->RegisterNode(ValidNode());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument)
+      << big.status();
+  EXPECT_THAT(std::string(big.status().message()),
+              HasSubstr("--max-node-bytes"));
+  proto::NodeInfo small = ValidNode();
+  testing::SetPool(&small, uint64_t{512} << 20);
+  EXPECT_TRUE(client_->RegisterNode(small).ok());
+}
+
+// One caller registering in a loop would rewrite the map and send it to
+// every watcher each time: past its budget it is refused ResourceExhausted
+// until its bucket refills (by the coordinator's clock), and nothing it
+// sent reaches the map.
+TEST_F(CoordinatorTest,
+       RegistrationsBeyondTheRateAreRefusedUntilTheBucketRefills) {
+  constexpr int kPerMinute = 6;
+  RegistrationLimits limits;
+  limits.registrations_per_minute = kPerMinute;
+  Start(kQuietHeartbeat, absl::Hours(3) + kDeadAfter, "127.0.0.1:0", limits);
+  placement::CoordinatorClient* client = client_.get();
+  for (int i = 0; i < kPerMinute; ++i) {
+    ASSERT_TRUE(client->RegisterNode(ValidNode()).ok()) << i;
+  }
+  absl::StatusOr<proto::RegisterNodeReply> refused =
+      client->RegisterNode(ValidNode());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted)
+      << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--registrations-per-minute"));
+  EXPECT_EQ(RemoteMap().nodes_size(), kPerMinute);
+  env_.Advance(absl::Seconds(60) / kPerMinute);  // one token back
+  EXPECT_TRUE(client->RegisterNode(ValidNode()).ok());
+  EXPECT_EQ(client->RegisterNode(ValidNode()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(RateLimiterTest, OneCallersBurstLeavesOthersTheirOwn) {
+  testing::FakeEnv env;
+  RateLimiter limiter(3, "calls", "--limit", &env);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.Admit("a").ok());
+  EXPECT_EQ(limiter.Admit("a").code(), absl::StatusCode::kResourceExhausted);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.Admit("b").ok()) << i;
+  env.Advance(absl::Seconds(20));
+  EXPECT_TRUE(limiter.Admit("a").ok());
+  EXPECT_EQ(limiter.Admit("a").code(), absl::StatusCode::kResourceExhausted);
+  RateLimiter unlimited(0, "calls", "--limit", &env);
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(unlimited.Admit("a").ok());
+}
+
+// Callers beyond kMaxRateLimitedCallers: those whose bucket refilled are
+// forgotten to make room; while all are throttled, a newcomer is refused.
+TEST(RateLimiterTest, TrackedCallersStayBounded) {
+  testing::FakeEnv env;
+  RateLimiter limiter(1, "calls", "--limit", &env);
+  for (size_t i = 0; i < kMaxRateLimitedCallers; ++i) {
+    ASSERT_TRUE(limiter.Admit(absl::StrCat("caller-", i)).ok());
+  }
+  EXPECT_EQ(limiter.Admit("newcomer").code(),
+            absl::StatusCode::kResourceExhausted);
+  env.Advance(absl::Minutes(1));
+  EXPECT_TRUE(limiter.Admit("newcomer").ok());
+  EXPECT_TRUE(limiter.Admit("caller-0").ok()) << "forgotten, so as if new";
 }
 
 TEST_F(CoordinatorTest, WatchSeesInitialMapJoinAndDeath) {

@@ -53,6 +53,13 @@ int RunCoordinator(int argc, char** argv) {
   flags.Define("listen", "127.0.0.1:7070", "address to serve on (port 0: any)");
   flags.Define("heartbeat-interval", "500ms", "how often nodes heartbeat");
   flags.Define("dead-after", "3s", "declare a silent node dead after this");
+  flags.Define("max-node-bytes", "0",
+               "refuse nodes that report a larger pool (placement weighs "
+               "nodes by it); 0: the largest pool a node can address");
+  flags.Define("registrations-per-minute",
+               std::to_string(coordinator::kDefaultRegistrationsPerMinute),
+               "node registrations one caller (certificate, or host "
+               "without TLS) may make a minute; 0: no limit");
   flags.Define("state-dir", "",
                "keep the state (regions, model names, node incarnations and "
                "fences) in this directory, so a restart or crash loses no "
@@ -145,6 +152,19 @@ int RunCoordinator(int argc, char** argv) {
   if (!dead.ok()) return Fail("coordinator", dead.status());
   options.heartbeat_interval = *interval;
   options.dead_after = *dead;
+  auto max_node_bytes = flags.GetSize("max-node-bytes");
+  auto registrations = flags.GetInt("registrations-per-minute");
+  if (!max_node_bytes.ok()) return Fail("coordinator", max_node_bytes.status());
+  if (!registrations.ok()) return Fail("coordinator", registrations.status());
+  if (*registrations < 0 || *registrations > 1'000'000) {
+    return Fail("coordinator",
+                absl::InvalidArgumentError(
+                    "--registrations-per-minute: give 0 (no limit) to "
+                    "1000000"));
+  }
+  options.registration.max_node_bytes = *max_node_bytes;
+  options.registration.registrations_per_minute =
+      static_cast<int>(*registrations);
   auto reconcile = flags.GetDuration("reconcile-every");
   if (!reconcile.ok()) return Fail("coordinator", reconcile.status());
   if (!options.state_dir.empty()) options.reconcile_every = *reconcile;
