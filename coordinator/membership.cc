@@ -55,6 +55,11 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info,
   }
   for (const std::string& address : info.transport_addresses()) {
     if (address.empty()) return Invalid(info, "a transport address is empty");
+    if (address.size() > kMaxNodeAddressBytes) {
+      return Invalid(
+          info, absl::StrCat("a transport address is ", address.size(),
+                             " bytes; use at most ", kMaxNodeAddressBytes));
+    }
   }
   if (info.control_address().empty()) {
     return Invalid(info, "no control address; clients need the node's gRPC "
@@ -68,13 +73,6 @@ absl::Status ValidateNodeInfo(const proto::NodeInfo& info,
     if (value.size() > kMaxNodeAddressBytes) {
       return Invalid(
           info, absl::StrCat("its ", name, " is ", value.size(),
-                             " bytes; use at most ", kMaxNodeAddressBytes));
-    }
-  }
-  for (const std::string& address : info.transport_addresses()) {
-    if (address.size() > kMaxNodeAddressBytes) {
-      return Invalid(
-          info, absl::StrCat("a transport address is ", address.size(),
                              " bytes; use at most ", kMaxNodeAddressBytes));
     }
   }
