@@ -123,18 +123,9 @@ absl::StatusOr<std::unique_ptr<ShmEndpoint>> ShmEndpoint::Connect(
     const std::string& path, ShmMappingCache& cache, absl::Duration timeout) {
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd socket, ConnectUnix(path, timeout));
   MESHPOOL_ASSIGN_OR_RETURN(Hello hello, ReceiveHello(socket.get(), path));
-  ShmHelloHeader h{};
-  if (hello.bytes.size() < sizeof(h)) return BadHello(path, "short");
-  std::memcpy(&h, hello.bytes.data(), sizeof(h));
-  if (h.magic != kShmHelloMagic || h.version != kShmWireVersion) {
-    return BadHello(path, "magic or version");
-  }
-  if (h.export_count > kMaxShmExports || h.region_count > kMaxShmRegions ||
-      hello.bytes.size() !=
-          sizeof(h) + size_t{h.region_count} * sizeof(ShmWireRegion) ||
-      hello.fds.size() != 1 + size_t{h.export_count}) {
-    return BadHello(path, "counts");
-  }
+  absl::StatusOr<ShmHelloHeader> h =
+      DecodeShmHello(hello.bytes, hello.fds.size());
+  if (!h.ok()) return BadHello(path, h.status().message());
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const ShmMapping> control,
                             cache.Map(hello.fds[0].get(), /*writable=*/false));
   if (control->size() < sizeof(ShmControl) ||
@@ -144,29 +135,20 @@ absl::StatusOr<std::unique_ptr<ShmEndpoint>> ShmEndpoint::Connect(
     return BadHello(path, "control page");
   }
   std::vector<std::shared_ptr<const ShmMapping>> exports;
+  std::vector<uint64_t> export_bytes;
   for (size_t i = 1; i < hello.fds.size(); ++i) {
     MESHPOOL_ASSIGN_OR_RETURN(exports.emplace_back(),
                               cache.Map(hello.fds[i].get(), /*writable=*/true));
+    export_bytes.push_back(exports.back()->size());
   }
+  absl::StatusOr<std::vector<ShmWireRegion>> wire =
+      DecodeShmHelloRegions(hello.bytes, *h, export_bytes);
+  if (!wire.ok()) return BadHello(path, wire.status().message());
   absl::flat_hash_map<uint32_t, Region> regions;
-  for (uint32_t i = 0; i < h.region_count; ++i) {
-    ShmWireRegion r{};
-    std::memcpy(&r, hello.bytes.data() + sizeof(h) + i * sizeof(r), sizeof(r));
-    if (r.rkey == 0 || r.export_index >= exports.size() ||
-        r.slot >= kMaxShmRegions || r.length == 0 ||
-        r.addr + r.length < r.addr) {
-      return BadHello(path, absl::StrCat("region ", i));
-    }
-    const ShmMapping& m = *exports[r.export_index];
-    if (r.fd_offset > m.size() || r.length > m.size() - r.fd_offset) {
-      return BadHello(path, absl::StrCat("region ", i, " passes its memfd"));
-    }
-    if (!regions
-             .emplace(r.rkey,
-                      Region{r.addr, r.length, m.data() + r.fd_offset, r.slot})
-             .second) {
-      return BadHello(path, absl::StrCat("rkey ", r.rkey, " twice"));
-    }
+  for (const ShmWireRegion& r : *wire) {
+    regions.emplace(
+        r.rkey, Region{r.addr, r.length,
+                       exports[r.export_index]->data() + r.fd_offset, r.slot});
   }
   return std::unique_ptr<ShmEndpoint>(
       new ShmEndpoint(std::move(socket), std::move(control), std::move(exports),

@@ -19,7 +19,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
 
@@ -66,6 +69,26 @@ static_assert(sizeof(ShmControl) <= kShmControlBytes);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free,
               "shm atomics rely on lock-free 8-byte atomics across processes");
+
+// A client's checks of a hello, split where it must map the memfds between
+// them (stateless; the client wraps the message with the socket's path).
+//
+// The fixed part, against the message (`bytes`) and the `fds_received`:
+// magic and version, counts within the limits, the message exactly as long
+// as its regions, one descriptor per export plus the control page's.
+// InvalidArgument saying which does not hold.
+absl::StatusOr<ShmHelloHeader> DecodeShmHello(absl::Span<const uint8_t> bytes,
+                                              size_t fds_received);
+// The regions of a hello whose header passed DecodeShmHello, against the
+// lengths of the exports mapped (`export_bytes`, one per export): a nonzero
+// rkey, each at most once, a known export, a slot within kMaxShmRegions, a
+// non-empty range that does not wrap and lies inside its export.
+// InvalidArgument naming the first region that does not hold.
+// REQUIRES: DecodeShmHello(bytes, ...) returned `header`;
+// export_bytes.size() == header.export_count.
+absl::StatusOr<std::vector<ShmWireRegion>> DecodeShmHelloRegions(
+    absl::Span<const uint8_t> bytes, const ShmHelloHeader& header,
+    absl::Span<const uint64_t> export_bytes);
 
 }  // namespace meshpool::rdma::internal
 

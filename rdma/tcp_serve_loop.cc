@@ -127,7 +127,8 @@ struct TcpServeLoop::Conn {
   std::unique_ptr<uint8_t[]> in;
   size_t in_begin = 0;
   size_t in_end = 0;
-  bool reading = true;    // false once a request was denied
+  bool reading = true;    // false once a request was denied or the peer
+                          // shut its sending side
   RequestHeader write{};  // the WRITE whose payload is arriving
   uint8_t* payload_at = nullptr;
   size_t payload_left = 0;
@@ -316,7 +317,7 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
         if (recv_calls++ == kRecvCallsPerTurn) return Outcome::kKeep;
         ssize_t got =
             ::recv(c.fd.get(), c.payload_at, c.payload_left, MSG_DONTWAIT);
-        if (got == 0) return Outcome::kClose;  // the peer is gone
+        if (got == 0) return Outcome::kClose;  // a WRITE cut short
         if (got < 0) {
           if (errno == EINTR) continue;
           return WouldBlock(errno) ? Outcome::kKeep : Outcome::kClose;
@@ -348,7 +349,7 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
     if (recv_calls++ == kRecvCallsPerTurn) return Outcome::kKeep;
     ssize_t got = ::recv(c.fd.get(), c.in.get() + c.in_end,
                          kInputBufferBytes - c.in_end, MSG_DONTWAIT);
-    if (got == 0) return Outcome::kClose;
+    if (got == 0) return PeerDoneSending(c);
     if (got < 0) {
       if (errno == EINTR) continue;
       return WouldBlock(errno) ? Outcome::kKeep : Outcome::kClose;
@@ -356,6 +357,16 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
     c.in_end += static_cast<size_t>(got);
     c.last_progress_ms = NowMs();
   }
+  return Outcome::kKeep;
+}
+
+// The peer shut its sending side between requests (perhaps with part of a
+// header sent): it still gets the answers to what it asked, then the
+// connection closes.
+TcpServeLoop::Outcome TcpServeLoop::PeerDoneSending(Conn& c) {
+  if (c.out.empty()) return Outcome::kClose;
+  c.reading = false;
+  c.out.back().last = true;
   return Outcome::kKeep;
 }
 

@@ -88,6 +88,7 @@ class TcpServeLoop {
   void Serve(Conn& c, uint32_t events);
   Outcome ReadRequests(Conn& c);
   Outcome Execute(Conn& c, const RequestHeader& h);
+  Outcome PeerDoneSending(Conn& c);
   Outcome Flush(Conn& c);
   void UpdateInterest(Conn& c);
   void Close(Conn& c);

@@ -137,6 +137,32 @@ TEST_F(TcpResponderTest, ResponderAnswersWellFormedRawRead) {
   EXPECT_EQ(std::memcmp(payload, &memory_[8], 16), 0);
 }
 
+TEST_F(TcpResponderTest, HalfClosedConnectionGetsItsAnswersThenCloses) {
+  // A peer that sends its requests and shuts its sending side (as a
+  // one-shot client does) is answered before the connection closes.
+  RawSocket raw(port_);
+  ASSERT_TRUE(raw.connected());
+  std::string frames;
+  for (uint64_t offset : {64, 128, 192}) {
+    RequestHeader h = Header(Opcode::kRead, 16, offset);
+    frames.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  }
+  ASSERT_TRUE(raw.Send(frames.data(), frames.size()));
+  ASSERT_EQ(::shutdown(raw.fd(), SHUT_WR), 0);
+  std::string received;
+  ASSERT_TRUE(raw.ReadUntilClosed(&received));
+  ASSERT_EQ(received.size(), 3 * (sizeof(ResponseHeader) + 16));
+  for (int i = 0; i < 3; ++i) {
+    ResponseHeader r{};
+    const char* at = received.data() + i * (sizeof(r) + 16);
+    std::memcpy(&r, at, sizeof(r));
+    EXPECT_EQ(r.status, static_cast<uint8_t>(WireStatus::kOk));
+    EXPECT_EQ(r.length, 16u);
+    EXPECT_EQ(std::memcmp(at + sizeof(r), &memory_[8 * (i + 1)], 16), 0) << i;
+  }
+  ExpectMemoryUntouchedAndGoodEndpointWorks();
+}
+
 TEST_F(TcpResponderTest, ResponderClosesConnectionOnBadMagic) {
   RequestHeader h = Header(Opcode::kWrite, 64, 0);
   h.magic = 0xdeadbeef;

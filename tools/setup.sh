@@ -17,6 +17,9 @@ PACKAGES=(
   # The Python package (python/): Debian's python3 and its packages.
   python3-dev python3-pybind11 pybind11-dev python3-pytest python3-numpy
   python3-torch python3-venv python3-pip python3-setuptools python3-wheel
+  # Fuzzing (tests/fuzz, tools/fuzz.sh): clang's libFuzzer; the sanitized
+  # build is a clang build.
+  clang-14 libclang-rt-14-dev
   # The Soft-RoCE VM (tools/vm/): qemu, its initramfs, modules, verbs tools.
   qemu-system-x86 busybox-static kmod perftest rdma-core ibverbs-utils iproute2
 )
