@@ -28,7 +28,7 @@ for name in "${targets[@]}"; do
     echo "fuzz: $bin is missing: build $build with -DMESHPOOL_FUZZ=ON" >&2
     exit 2
   fi
-  if ! strings "$bin" | grep -q LLVMFuzzerRunDriver; then
+  if ! grep -qa LLVMFuzzerRunDriver "$bin"; then
     echo "fuzz: $bin is not a libFuzzer binary: configure $build with" \
          "-DCMAKE_CXX_COMPILER=clang++-14 -DMESHPOOL_FUZZ=ON" >&2
     exit 2
