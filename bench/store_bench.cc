@@ -78,7 +78,7 @@ void BM_SlabGrantRelease(benchmark::State& state) {
       state.ResumeTiming();
       g = m.Grant("bench");
     }
-    benchmark::DoNotOptimize(m.Release("bench", g->slab));
+    benchmark::DoNotOptimize(m.Release(g->slab, g->token));
   }
   state.counters["slabs"] = static_cast<double>(layout->slab_count);
 }

@@ -82,6 +82,7 @@ NodeConnection::~NodeConnection() {
   proto::ReleaseSlabRequest request;
   request.set_client_id(options_.client_id);
   request.set_slab(slab_);
+  request.set_token(slab_token_);
   proto::ReleaseSlabReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
@@ -177,24 +178,25 @@ NodeConnection::Allocation::~Allocation() {
 }
 
 void NodeConnection::AllocationDone(uint64_t grant) {
-  std::vector<uint64_t> release;
+  std::vector<HeldSlab> release;
   {
     absl::MutexLock lock(&slab_mu_);
     auto it = slab_uses_.find(grant);
     if (it == slab_uses_.end()) return;
     if (--it->second.outstanding == 0 && it->second.retired) {
-      release.push_back(it->second.slab);
+      release.push_back(it->second.held);
       slab_uses_.erase(it);
     }
   }
   ReleaseSlabs(release);
 }
 
-void NodeConnection::ReleaseSlabs(const std::vector<uint64_t>& slabs) {
-  for (uint64_t slab : slabs) {
+void NodeConnection::ReleaseSlabs(const std::vector<HeldSlab>& slabs) {
+  for (const HeldSlab& held : slabs) {
     proto::ReleaseSlabRequest release;
     release.set_client_id(options_.client_id);
-    release.set_slab(slab);
+    release.set_slab(held.slab);
+    release.set_token(held.token);
     proto::ReleaseSlabReply released;
     grpc::ClientContext ctx;
     // Best effort: the lease ends on its own anyway.
@@ -213,7 +215,7 @@ absl::Status NodeConnection::GrantSlabLocked(absl::Duration* retry_after) {
     SlabUse& use = slab_uses_[grant_];
     use.retired = true;
     if (use.outstanding == 0) {
-      ReleaseSlabs({slab_});
+      ReleaseSlabs({use.held});
       slab_uses_.erase(grant_);
     }
     has_slab_ = false;
@@ -238,8 +240,9 @@ absl::Status NodeConnection::GrantSlabLocked(absl::Duration* retry_after) {
   }
   has_slab_ = true;
   slab_ = reply.slab();
+  slab_token_ = reply.token();
   grant_ = ++grants_;
-  slab_uses_[grant_].slab = slab_;
+  slab_uses_[grant_].held = HeldSlab{slab_, slab_token_};
   slab_cursor_ = reply.offset();
   slab_end_ = reply.offset() + reply.length();
   // Measured from when we asked: the node's lease started after that.

@@ -190,7 +190,12 @@ class NodeConnection {
   absl::Status GrantSlabLocked(absl::Duration* retry_after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slab_mu_);
   void AllocationDone(uint64_t grant);
-  void ReleaseSlabs(const std::vector<uint64_t>& slabs);
+  // A slab this client was granted, as ReleaseSlab names it.
+  struct HeldSlab {
+    uint64_t slab = 0;
+    uint64_t token = 0;  // GrantSlabReply.token
+  };
+  void ReleaseSlabs(const std::vector<HeldSlab>& slabs);
   grpc::ClientContext* NewContext(grpc::ClientContext& ctx) const;
 
   const proto::NodeInfo info_;
@@ -207,6 +212,7 @@ class NodeConnection {
   absl::Mutex slab_mu_;
   bool has_slab_ ABSL_GUARDED_BY(slab_mu_) = false;
   uint64_t slab_ ABSL_GUARDED_BY(slab_mu_) = 0;
+  uint64_t slab_token_ ABSL_GUARDED_BY(slab_mu_) = 0;
   uint64_t slab_cursor_ ABSL_GUARDED_BY(slab_mu_) = 0;
   uint64_t slab_end_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::Time slab_deadline_ ABSL_GUARDED_BY(slab_mu_);
@@ -215,7 +221,7 @@ class NodeConnection {
   // are counted apart): the slab, its outstanding allocations, and whether
   // it was replaced.
   struct SlabUse {
-    uint64_t slab = 0;
+    HeldSlab held;
     uint64_t outstanding = 0;
     bool retired = false;
   };

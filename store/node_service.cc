@@ -52,6 +52,7 @@ class NodeServiceImpl final : public proto::Node::Service {
     reply->set_length(grant->length);
     reply->set_lease_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(grant->lease)));
+    reply->set_token(grant->token);
     return grpc::Status::OK;
   }
 
@@ -62,7 +63,7 @@ class NodeServiceImpl final : public proto::Node::Service {
         !s.ok()) {
       return s;
     }
-    return ToGrpc(deps_.slabs->Release(request->client_id(), request->slab()));
+    return ToGrpc(deps_.slabs->Release(request->slab(), request->token()));
   }
 
   grpc::Status Handshake(grpc::ServerContext* context,

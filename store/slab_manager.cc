@@ -113,14 +113,18 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   slab.state = SlabState::kGranted;
   slab.written = true;
   ++grants_;
-  slab.client = std::string(client_id);
+  do {
+    slab.grant_token = absl::Uniform<uint64_t>(tokens_);
+  } while (slab.grant_token == 0);
   slab.lease_end = now + options_.lease + format::kLeaseMargin;
   slab.unreferenced_since = absl::InfiniteFuture();
-  return SlabGrant{id, options_.layout.slab_offset(id),
-                   options_.layout.slab_bytes, options_.lease};
+  SlabGrant grant{id, options_.layout.slab_offset(id),
+                  options_.layout.slab_bytes, options_.lease};
+  grant.token = slab.grant_token;
+  return grant;
 }
 
-absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
+absl::Status SlabManager::Release(uint64_t slab, uint64_t token) {
   if (slab >= options_.layout.slab_count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no slab ", slab, "; this node has ", options_.layout.slab_count));
@@ -128,10 +132,11 @@ absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
   absl::MutexLock lock(&mu_);
   Slab& s = slabs_[slab];
   if (s.state != SlabState::kGranted) return absl::OkStatus();
-  if (s.client != client_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("slab ", slab, " is leased to another client, not '",
-                     client_id, "'; release only slabs you were granted"));
+  if (s.grant_token != token) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "slab ", slab,
+        " is not leased under this token; release only slabs you were "
+        "granted, with the token their GrantSlab returned"));
   }
   SealLocked(s, /*kv=*/true);
   return absl::OkStatus();
@@ -139,7 +144,7 @@ absl::Status SlabManager::Release(absl::string_view client_id, uint64_t slab) {
 
 void SlabManager::SealLocked(Slab& slab, bool kv) {
   slab.state = SlabState::kSealed;
-  slab.client.clear();
+  slab.grant_token = 0;
   slab.region_id = 0;
   slab.unreferenced_since = absl::InfiniteFuture();
   slab.kv = kv;
@@ -183,7 +188,7 @@ absl::StatusOr<std::vector<uint64_t>> SlabManager::ReserveRegion(
       Slab& s = slabs_[id];
       s.state = SlabState::kRegion;
       s.region_id = region_id;
-      s.client.clear();
+      s.grant_token = 0;
       s.unreferenced_since = absl::InfiniteFuture();
     }
     regions_[region_id].slabs = taken;

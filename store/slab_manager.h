@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -85,6 +86,9 @@ struct SlabGrant {
   uint64_t offset = 0;  // pool offset of the slab's first byte
   uint64_t length = 0;
   absl::Duration lease;  // the client writes into the slab only this long
+  // Random and nonzero: names this grant in Release, so that only the
+  // client it went to can seal the slab early (client ids are not secret).
+  uint64_t token = 0;
   // Evictor::Grant only: nonzero when no slab was granted (the fields above
   // are unset) because one is on its way to FREE: ask again after this.
   absl::Duration retry_after = absl::ZeroDuration();
@@ -152,11 +156,12 @@ class SlabManager {
   // answer, see store/evictor.h).
   absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
 
-  // Seals `slab` early: the client will write no more into it. OK too when
-  // the slab is already sealed or free (the lease is over either way).
-  // Errors: InvalidArgument (no such slab), FailedPrecondition (the slab is
-  // leased to another client).
-  absl::Status Release(absl::string_view client_id, uint64_t slab);
+  // Seals `slab` early: the client that holds grant `token` will write no
+  // more into it. OK too when the slab is already sealed or free (the lease
+  // is over either way). Errors: InvalidArgument (no such slab),
+  // PermissionDenied (the slab is leased under another token: only the
+  // client it was granted to may release it).
+  absl::Status Release(uint64_t slab, uint64_t token);
 
   // Sets `slabs` FREE slabs aside for region `region_id`, all or nothing,
   // zero-fills those that may have been written since the pool was mapped
@@ -228,7 +233,7 @@ class SlabManager {
  private:
   struct Slab {
     SlabState state = SlabState::kFree;
-    std::string client;
+    uint64_t grant_token = 0;  // kGranted only
     uint64_t region_id = 0;  // kRegion only
     absl::Time lease_end;    // node side, with margin
     absl::Time unreferenced_since = absl::InfiniteFuture();  // candidacy
@@ -280,6 +285,7 @@ class SlabManager {
   uint64_t regions_freed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_fifo_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::BitGen tokens_ ABSL_GUARDED_BY(mu_);
   uint64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t objects_evicted_ ABSL_GUARDED_BY(mu_) = 0;
   struct RegionSlabs {

@@ -136,7 +136,10 @@ class EvictTest : public ::testing::Test {
           format::EncodeSlot(7, bytes, offset);
       slot_slab_[slot] = g->slab;
     }
-    if (seal) EXPECT_TRUE(slabs_->Release("writer", g->slab).ok());
+    tokens_[g->slab] = g->token;
+    if (seal) {
+      EXPECT_TRUE(slabs_->Release(g->slab, g->token).ok());
+    }
     return g->slab;
   }
 
@@ -190,6 +193,7 @@ class EvictTest : public ::testing::Test {
   std::unique_ptr<Evictor> evictor_;
   int wakes_ = 0;
   std::map<uint64_t, uint64_t> slot_slab_;  // published slot -> slab
+  std::map<uint64_t, uint64_t> tokens_;     // slab -> its grant's token
   uint64_t next_slot_ = 0;
 };
 
@@ -210,7 +214,9 @@ TEST_F(EvictTest,
   for (uint64_t i = 0; i < kSlabs; ++i) granted.push_back(FillSlab(false));
   std::vector<uint64_t> order;
   for (uint64_t i : {7, 2, 9, 0, 5, 1, 8, 3, 6, 4}) order.push_back(granted[i]);
-  for (uint64_t slab : order) ASSERT_TRUE(slabs_->Release("writer", slab).ok());
+  for (uint64_t slab : order) {
+    ASSERT_TRUE(slabs_->Release(slab, tokens_[slab]).ok());
+  }
   EvictRound round = evictor_->RunOnce();
   EXPECT_EQ(round.needed, 2u);  // 10 used > 9: down to 8, not further
   EXPECT_EQ(round.evicted, 2u);

@@ -184,10 +184,11 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     return Rpc<proto::GrantSlabRequest, proto::GrantSlabReply>(
         &proto::Node::Stub::GrantSlab, r, "GrantSlab");
   }
-  absl::Status Release(uint64_t slab) {
+  absl::Status Release(const proto::GrantSlabReply& grant) {
     proto::ReleaseSlabRequest r;
     r.set_client_id("writer");
-    r.set_slab(slab);
+    r.set_slab(grant.slab());
+    r.set_token(grant.token());
     return Rpc<proto::ReleaseSlabRequest, proto::ReleaseSlabReply>(
                &proto::Node::Stub::ReleaseSlab, r, "ReleaseSlab")
         .status();
@@ -232,7 +233,7 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     absl::StatusOr<uint64_t> old = remote_->Cas(SlotOffset(slot), 0, word);
     ASSERT_TRUE(old.ok()) << old.status();
     ASSERT_EQ(*old, 0u);
-    ASSERT_TRUE(Release(g->slab()).ok());
+    ASSERT_TRUE(Release(*g).ok());
     words_.push_back(word);
     *slab = g->slab();
     *offset = g->offset();
@@ -368,6 +369,22 @@ TEST_P(NodeKvTest, SessionsOpenRenewCloseAndExpireInTheBackground) {
   EXPECT_EQ(*table, std::string(64 * format::kPinEntryBytes, '\0'));
   EXPECT_EQ(Renew(*a, 41).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(node_->Stats().clients_total().hits(), 40u);
+}
+
+TEST_P(NodeKvTest, ReleaseSlabWithAnotherGrantsTokenIsRefusedAndSealsNothing) {
+  // Client ids are public (GetStats lists them): anyone could name the
+  // writer's id, but only the writer was told its grant's token.
+  ASSERT_NO_FATAL_FAILURE(Start(Options()));
+  absl::StatusOr<proto::GrantSlabReply> g = Grant();
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_NE(g->token(), 0u);
+  proto::GrantSlabReply forged = *g;
+  forged.set_token(g->token() ^ 1);
+  EXPECT_EQ(Release(forged).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(node_->Stats().slabs_sealed(), 0u);
+  EXPECT_EQ(node_->Stats().slabs_granted(), 1u);
+  EXPECT_TRUE(Release(*g).ok());
+  EXPECT_EQ(node_->Stats().slabs_sealed(), 1u);
 }
 
 TEST_P(NodeKvTest, WithoutEvictionAFullPoolIsResourceExhausted) {

@@ -1,5 +1,6 @@
 // store/slab_manager: the slab lifecycle and reclamation, on a fake clock.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -66,7 +67,7 @@ class SlabTest : public ::testing::Test {
   uint64_t GrantAndRelease() {
     absl::StatusOr<SlabGrant> g = slabs_->Grant("c");
     EXPECT_TRUE(g.ok()) << g.status();
-    EXPECT_TRUE(slabs_->Release("c", g->slab).ok());
+    EXPECT_TRUE(slabs_->Release(g->slab, g->token).ok());
     EXPECT_EQ(slabs_->state(g->slab), SlabState::kSealed);
     return g->slab;
   }
@@ -119,19 +120,32 @@ TEST_F(SlabTest, LeaseExpirySealsOnlyAfterTheNodeSideMargin) {
 TEST_F(SlabTest, ReleaseSeals) {
   absl::StatusOr<SlabGrant> g = slabs_->Grant("c");
   ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(slabs_->Release("c", g->slab).ok());
+  ASSERT_TRUE(slabs_->Release(g->slab, g->token).ok());
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kSealed);
-  EXPECT_TRUE(slabs_->Release("c", g->slab).ok()) << "release is idempotent";
+  EXPECT_TRUE(slabs_->Release(g->slab, g->token).ok())
+      << "release is idempotent";
 }
 
-TEST_F(SlabTest, ReleaseBySomeoneElseIsFailedPrecondition) {
+TEST_F(SlabTest, ReleaseWithoutTheGrantsTokenIsPermissionDenied) {
+  // Client ids are public (node stats list them): a release must name the
+  // grant by its token, which only the grantee was told.
   absl::StatusOr<SlabGrant> g = slabs_->Grant("owner");
   ASSERT_TRUE(g.ok());
-  EXPECT_EQ(slabs_->Release("intruder", g->slab).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(g->token, 0u);
+  EXPECT_EQ(slabs_->Release(g->slab, g->token + 1).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(slabs_->Release(g->slab, 0).code(),
+            absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(slabs_->state(g->slab), SlabState::kGranted);
-  EXPECT_EQ(slabs_->Release("owner", kSlabs).code(),
+  EXPECT_EQ(slabs_->Release(kSlabs, g->token).code(),
             absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<SlabGrant> other = slabs_->Grant("owner");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->token, g->token);
+  EXPECT_EQ(slabs_->Release(g->slab, other->token).code(),
+            absl::StatusCode::kPermissionDenied)
+      << "one grant's token does not release another's slab";
+  EXPECT_TRUE(slabs_->Release(g->slab, g->token).ok());
 }
 
 TEST_F(SlabTest, SealedSlabWithLiveReferenceIsNeverReclaimed) {
@@ -177,10 +191,15 @@ TEST_F(SlabTest, ReferenceSeenAtSecondLookRestartsTheGrace) {
 }
 
 TEST_F(SlabTest, ReclaimedSlabCanBeGrantedAgain) {
-  for (uint64_t i = 0; i < kSlabs; ++i) ASSERT_TRUE(slabs_->Grant("c").ok());
+  std::map<uint64_t, uint64_t> tokens;  // slab -> token
+  for (uint64_t i = 0; i < kSlabs; ++i) {
+    absl::StatusOr<SlabGrant> g = slabs_->Grant("c");
+    ASSERT_TRUE(g.ok());
+    tokens[g->slab] = g->token;
+  }
   ASSERT_EQ(slabs_->Grant("c").status().code(),
             absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(slabs_->Release("c", 2).ok());
+  ASSERT_TRUE(slabs_->Release(2, tokens.at(2)).ok());
   slabs_->Reclaim();
   env_.Advance(slabs_->grace());
   ASSERT_EQ(slabs_->Reclaim().freed, 1u);
@@ -262,7 +281,7 @@ TEST_F(SlabTest, RegionSlabsOutliveLeasesAndReclamation) {
   ASSERT_TRUE(taken.ok()) << taken.status();
   const uint64_t slab = (*taken)[0];
   // A client cannot seal it by "releasing" it either.
-  EXPECT_TRUE(slabs_->Release("c", slab).ok());
+  EXPECT_TRUE(slabs_->Release(slab, 0).ok());
   for (int i = 0; i < 5; ++i) {
     ReclaimPass pass = slabs_->Reclaim();
     EXPECT_EQ(pass.freed, 0u);
