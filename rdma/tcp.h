@@ -30,6 +30,16 @@ struct TcpOptions {
   // Responder: a connection with a request half received or responses
   // unsent that moves no byte for this long is closed.
   absl::Duration stall_timeout = absl::Seconds(10);
+  // Responder: admit a connection only once its first bytes present a token
+  // this transport's AcceptHandshake issued (each works once, within 30 s);
+  // one that opens with anything else is closed before any request is
+  // read, and one that sends nothing for stall_timeout too. A node turns
+  // this on when its control plane runs TLS, so only clients that
+  // authenticated there reach its memory. Off, anyone who reaches the port
+  // may use what it names (AcceptHandshake then answers that no token is
+  // needed). Clients need no setting: Connect asks the node through the
+  // Handshake it is given, and sends the token when one comes back.
+  bool require_token = false;
   // Client: how long Connect waits for the TCP handshake.
   absl::Duration connect_timeout = absl::Seconds(3);
   // Client: a Post whose sending stalls this long (peer hung, link black-

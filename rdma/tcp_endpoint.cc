@@ -15,12 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/region_registry.h"
+#include "rdma/tcp_tokens.h"
+#include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma::internal {
 
 absl::StatusOr<std::unique_ptr<Endpoint>> TcpEndpoint::Connect(
     absl::string_view address, absl::Duration connect_timeout,
-    absl::Duration send_timeout) {
+    absl::Duration send_timeout, absl::string_view token) {
   MESHPOOL_ASSIGN_OR_RETURN(HostPort peer, ParseHostPort(address, "tcp://"));
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(peer, connect_timeout));
   // A send that cannot progress for send_timeout fails (EAGAIN) and breaks
@@ -28,6 +30,22 @@ absl::StatusOr<std::unique_ptr<Endpoint>> TcpEndpoint::Connect(
   timeval tv = absl::ToTimeval(send_timeout);
   if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
     return ErrnoToStatus(errno, "setsockopt(SO_SNDTIMEO)");
+  }
+  if (!token.empty()) {
+    static_assert(sizeof(TcpHello::token) == kTcpTokenBytes);
+    if (token.size() != kTcpTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a tcp token is ", kTcpTokenBytes, " bytes, not ", token.size()));
+    }
+    TcpHello hello{};
+    hello.magic = kHelloMagic;
+    std::memcpy(hello.token, token.data(), kTcpTokenBytes);
+    iovec iov{&hello, sizeof(hello)};
+    absl::Status sent = SendAll(fd.get(), absl::MakeSpan(&iov, 1));
+    if (!sent.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot present the tcp token to ", address, ": ", sent.message()));
+    }
   }
   return std::unique_ptr<Endpoint>(new TcpEndpoint(std::move(fd)));
 }

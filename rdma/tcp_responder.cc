@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<TcpResponder>> TcpResponder::Create(
   TcpServeLoop::Limits limits;
   limits.max_request_bytes = resolved.max_request_bytes;
   limits.stall_timeout = resolved.stall_timeout;
+  limits.admit = resolved.admit;
   for (int i = 0; i < resolved.loops; ++i) {
     MESHPOOL_ASSIGN_OR_RETURN(
         std::unique_ptr<TcpServeLoop> loop,

@@ -45,8 +45,9 @@ struct TcpResponderOptions {
   // refused (closed at once). REQUIRES: 1 <= per_peer <= max_connections.
   size_t max_connections = 4096;
   size_t max_connections_per_peer = 1024;
-  // See TcpServeLoop::Limits::stall_timeout.
+  // See TcpServeLoop::Limits::stall_timeout and admit.
   absl::Duration stall_timeout = absl::Seconds(10);
+  TcpServeLoop::Admit admit;
 };
 
 class TcpResponder {

@@ -25,6 +25,11 @@
 // whose buffered input was left unserved goes on the ready list, so one
 // busy peer cannot starve the others of the loop.
 //
+// With Limits::admit, a connection's first bytes must be a TcpHello whose
+// token admit() accepts; anything else closes it before a request is read,
+// and until the hello it counts as work under way (below), so a peer that
+// connects and sends nothing is closed after stall_timeout.
+//
 // A malformed request closes the connection at once with no response. A
 // well-formed request for memory it may not touch (rkey, bounds) queues one
 // kAccessDenied response and stops reading; the connection closes once that
@@ -97,9 +102,10 @@ struct TcpServeLoop::Conn {
     return payload_left > 0 ? buffered() > 0
                             : buffered() >= kRequestHeaderBytes;
   }
-  // Work under way: bytes of a request half received, or responses unsent.
+  // Work under way: no hello yet where one is required, bytes of a request
+  // half received, or responses unsent.
   bool busy() const {
-    return buffered() > 0 || payload_left > 0 || !out.empty();
+    return !admitted || buffered() > 0 || payload_left > 0 || !out.empty();
   }
   // Whether more requests may be read now.
   bool may_read() const { return reading && out.size() < kMaxQueuedResponses; }
@@ -129,6 +135,7 @@ struct TcpServeLoop::Conn {
   size_t in_end = 0;
   bool reading = true;    // false once a request was denied or the peer
                           // shut its sending side
+  bool admitted = true;   // false until the hello, where one is required
   RequestHeader write{};  // the WRITE whose payload is arriving
   uint8_t* payload_at = nullptr;
   size_t payload_left = 0;
@@ -242,6 +249,7 @@ void TcpServeLoop::TakeAdopted() {
   for (auto& [fd, info] : adopted) {
     auto c = std::make_unique<Conn>(std::move(fd), std::move(info));
     c->last_progress_ms = NowMs();
+    c->admitted = !limits_.admit;
     conns_.push_back(std::move(c));
     Conn& conn = *conns_.back();
     if (stopping_.load()) {
@@ -262,7 +270,8 @@ void TcpServeLoop::TakeAdopted() {
 void TcpServeLoop::Evict() {
   for (auto& c : conns_) {
     if (c->closed || !c->info->evict.load()) continue;
-    if (c->busy()) {
+    // A connection still owing its hello has nothing worth keeping.
+    if (c->busy() && c->admitted) {
       c->info->evict.store(false);  // became busy meanwhile: keep it
     } else {
       Close(*c);
@@ -332,7 +341,21 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
       }
       continue;
     }
-    if (c.buffered() >= kRequestHeaderBytes) {
+    if (!c.admitted) {
+      if (c.buffered() >= kHelloBytes) {
+        TcpHello hello;
+        std::memcpy(&hello, c.in.get() + c.in_begin, sizeof(hello));
+        c.in_begin += sizeof(hello);
+        const absl::string_view token(
+            reinterpret_cast<const char*>(hello.token), sizeof(hello.token));
+        if (hello.magic != kHelloMagic || hello.reserved != 0 ||
+            !limits_.admit(token)) {
+          return Outcome::kClose;  // before any request is read
+        }
+        c.admitted = true;
+        continue;
+      }
+    } else if (c.buffered() >= kRequestHeaderBytes) {
       RequestHeader h;
       std::memcpy(&h, c.in.get() + c.in_begin, sizeof(h));
       c.in_begin += sizeof(h);

@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -46,12 +47,20 @@ struct TcpConnInfo {
 
 class TcpServeLoop {
  public:
+  // Whether the token a connection's TcpHello presents admits it. Called
+  // on the loop's thread; must be thread-safe.
+  using Admit = std::function<bool(absl::string_view token)>;
   struct Limits {
     // Requests asking for more bytes close their connection.
     uint32_t max_request_bytes = 0;
     // A connection with work under way (a request half received, responses
-    // unsent) that moves no byte for this long is closed.
+    // unsent, or, with `admit`, no hello yet) that moves no byte for this
+    // long is closed.
     absl::Duration stall_timeout = absl::Seconds(10);
+    // Set: a connection must open with a TcpHello whose token this accepts;
+    // one that opens with anything else is closed before any request is
+    // read. Empty: connections are served from their first byte.
+    Admit admit;
   };
   // Called on the loop's thread (or the destructor's) once a connection is
   // closed, for the admission's bookkeeping.

@@ -1,5 +1,6 @@
 // The tcp Transport: registrations in a RegionRegistry, a TcpResponder once
-// Listen() is called, TcpEndpoints for Connect().
+// Listen() is called, TcpEndpoints for Connect(), and with require_token the
+// book of connection tokens its handshake issues and its responder redeems.
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -12,6 +13,8 @@
 #include "rdma/tcp.h"
 #include "rdma/tcp_endpoint.h"
 #include "rdma/tcp_responder.h"
+#include "rdma/tcp_tokens.h"
+#include "rdma/tcp_wire.h"
 
 namespace meshpool::rdma {
 namespace {
@@ -20,7 +23,10 @@ class TcpTransport : public Transport {
  public:
   explicit TcpTransport(const TcpOptions& options, uint64_t rkey_seed)
       : options_(options),
-        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)) {}
+        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)),
+        tokens_(options.require_token
+                    ? std::make_shared<internal::TcpTokenBook>()
+                    : nullptr) {}
 
   TransportKind kind() const override { return TransportKind::kTcp; }
 
@@ -42,21 +48,57 @@ class TcpTransport : public Transport {
     responder.max_connections = options_.max_connections;
     responder.max_connections_per_peer = options_.max_connections_per_peer;
     responder.stall_timeout = options_.stall_timeout;
+    if (tokens_ != nullptr) {
+      responder.admit = [tokens = tokens_](absl::string_view token) {
+        return tokens->Redeem(token, absl::Now());
+      };
+    }
     MESHPOOL_ASSIGN_OR_RETURN(
         responder_, internal::TcpResponder::Create(bind, responder, registry_));
     return responder_->address();
   }
 
+  // The token a client presents; empty: this node admits without one.
+  absl::StatusOr<std::string> AcceptHandshake(
+      absl::string_view request) override {
+    if (request != internal::kTcpTokenRequest) {
+      return absl::InvalidArgumentError(
+          "not a tcp token request; is the client another meshpool "
+          "version?");
+    }
+    if (tokens_ == nullptr) return std::string();
+    return tokens_->Issue(absl::Now());
+  }
+
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       absl::string_view peer_address, const Handshake& handshake) override {
-    return internal::TcpEndpoint::Connect(peer_address,
-                                          options_.connect_timeout,
-                                          options_.send_timeout);
+    std::string token;
+    if (handshake) {
+      absl::StatusOr<std::string> reply = handshake(internal::kTcpTokenRequest);
+      if (reply.ok()) {
+        token = *std::move(reply);
+      } else if (!absl::IsUnimplemented(reply.status())) {
+        return absl::Status(
+            reply.status().code(),
+            absl::StrCat("no tcp connection token from ", peer_address, ": ",
+                         reply.status().message()));
+      }
+      if (!token.empty() && token.size() != internal::kTcpTokenBytes) {
+        return absl::InternalError(
+            absl::StrCat(peer_address, " answered a tcp token of ",
+                         token.size(), " bytes, not ", internal::kTcpTokenBytes,
+                         "; is it another meshpool version?"));
+      }
+    }
+    return internal::TcpEndpoint::Connect(
+        peer_address, options_.connect_timeout, options_.send_timeout, token);
   }
 
  private:
   const TcpOptions options_;
   const std::shared_ptr<internal::RegionRegistry> registry_;
+  // Null unless require_token; shared with the responder's admission.
+  const std::shared_ptr<internal::TcpTokenBook> tokens_;
   absl::Mutex mu_;
   // Last: destroyed first, so no connection outlives the transport.
   std::unique_ptr<internal::TcpResponder> responder_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,13 @@
 // little-endian; the structs are sent as-is, so the build requires a
 // little-endian host (static_assert below) and fixed layouts.
 //
+// A node that requires tokens (TcpOptions::require_token) first expects a
+// TcpHello carrying a token from its handshake (rdma/tcp_tokens.h) and
+// closes a connection that opens with anything else, before reading any
+// request. The handshake itself runs over the node's control plane: the
+// client sends kTcpTokenRequest; the node answers a token, or nothing when
+// it requires none.
+//
 // The responder closes the connection on any malformed or forbidden request.
 // For a well-formed request that names memory it may not touch (unknown
 // rkey, out of bounds) it first sends a response with kAccessDenied, so the
@@ -23,6 +30,17 @@ static_assert(std::endian::native == std::endian::little,
               "tcp wire structs are sent as-is and are little-endian");
 
 inline constexpr uint32_t kRequestMagic = 0x5152504d;   // "MPRQ"
+inline constexpr uint32_t kHelloMagic = 0x4c48504d;     // "MPHL"
+inline constexpr char kTcpTokenRequest[] = "meshpool tcp token v1";
+
+struct TcpHello {
+  uint32_t magic;
+  uint32_t reserved;  // 0
+  uint8_t token[16];  // kTcpTokenBytes
+};
+inline constexpr size_t kHelloBytes = 24;
+static_assert(sizeof(TcpHello) == kHelloBytes);
+static_assert(std::is_trivially_copyable_v<TcpHello>);
 inline constexpr uint32_t kResponseMagic = 0x5352504d;  // "MPRS"
 
 struct RequestHeader {

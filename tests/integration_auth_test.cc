@@ -1,8 +1,10 @@
 // The control plane under TLS, against real `meshpool` processes: a cluster
 // started with `meshpool certs init`'s certificates serves clients that
 // present one, refuses those without, binds a node's id to its certificate,
-// lets only a region's owner or an admin delete it; and servers refuse to
-// listen beyond loopback without TLS unless told --insecure.
+// lets only a region's owner or an admin delete it, admits to a node's tcp
+// data port only connections that present a token its authenticated
+// handshake issued; and servers refuse to listen beyond loopback without
+// TLS unless told --insecure.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,12 +14,16 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "auth/auth.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
 #include "placement/coordinator_client.h"
+#include "rdma/rdma.h"
+#include "rdma/tcp_wire.h"
+#include "tests/raw_socket.h"
 #include "tests/shell_util.h"
 #include "tools/local_cluster.h"
 #include "tools/tls.h"
@@ -106,6 +112,48 @@ TEST_F(TlsClusterTest, ClientsWithoutACertificateAreRefused) {
   auto good = ConnectAs("client");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_TRUE((*good)->Put("still", "serving").ok());
+}
+
+TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
+  auto client = ConnectAs("client");
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("guarded", "value").ok());
+  // What an outsider who learned a node's address and pool key would send.
+  auto coordinator = CoordinatorAs("client");
+  ASSERT_NE(coordinator, nullptr);
+  auto map = coordinator->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  for (const auto& entry : map->nodes()) {
+    const proto::NodeInfo& info = entry.info();
+    const std::string& address = info.transport_addresses(0);
+    ASSERT_TRUE(absl::StartsWith(address, "tcp://127.0.0.1:")) << address;
+    uint32_t port = 0;
+    ASSERT_TRUE(
+        absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port));
+    for (rdma::Opcode op : {rdma::Opcode::kWrite, rdma::Opcode::kRead}) {
+      rdma::internal::RequestHeader h{};
+      h.magic = rdma::internal::kRequestMagic;
+      h.opcode = static_cast<uint8_t>(op);
+      h.rkey = info.pool().rkey();
+      h.length = 4096;
+      h.remote_addr = info.pool().addr();
+      std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+      if (op == rdma::Opcode::kWrite) frame.append(4096, '\0');
+      testing::RawSocket raw(static_cast<uint16_t>(port));
+      ASSERT_TRUE(raw.connected());
+      raw.Send(frame.data(), frame.size());  // may be closed mid-send
+      std::string received;
+      ASSERT_TRUE(raw.ReadUntilClosed(&received)) << info.node_id();
+      EXPECT_TRUE(received.empty()) << info.node_id() << " answered";
+    }
+  }
+  // Certificate holders are served as before, their data intact.
+  auto got = (*client)->Get("guarded");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "value");
+  auto again = ConnectAs("client");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->Put("after", "the outsider").ok());
 }
 
 TEST_F(TlsClusterTest, ANodeCannotRegisterUnderAnotherNodesId) {

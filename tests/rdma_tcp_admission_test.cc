@@ -1,11 +1,14 @@
 // The tcp responder's admission against peers that hoard connections: idle
 // sockets cost no thread and cannot lock clients out (a newcomer evicts the
 // longest-idle connection, its own host's first), and a request cut short
-// is closed after the stall timeout while idle connections stay.
+// is closed after the stall timeout while idle connections stay. And a node
+// that requires tokens (TcpOptions::require_token) admits only connections
+// that open with a token its handshake issued, each token once.
 //
 // Other loopback addresses (127.0.0.2, ...) stand in for other hosts.
 #include <dirent.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp.h"
+#include "rdma/tcp_tokens.h"
 #include "rdma/tcp_wire.h"
 #include "tests/raw_socket.h"
 
@@ -65,6 +69,43 @@ class TcpAdmissionTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect() {
     return client_->Connect(address_, nullptr);
+  }
+  // Connects as a node's client does: the handshake (here straight to the
+  // node's transport, in a cluster over its authenticated gRPC service)
+  // fetches a token when the node requires one.
+  absl::StatusOr<std::unique_ptr<Endpoint>> ConnectWithHandshake() {
+    Transport* node = node_.get();
+    return client_->Connect(address_, [node](const std::string& request) {
+      return node->AcceptHandshake(request);
+    });
+  }
+
+  // A well-formed request on the region: `payload` bytes of 0xEE follow a
+  // WRITE's header.
+  std::string Frame(Opcode op, uint32_t length, uint64_t offset) const {
+    internal::RequestHeader h{};
+    h.magic = internal::kRequestMagic;
+    h.opcode = static_cast<uint8_t>(op);
+    h.rkey = region_->remote().rkey;
+    h.length = length;
+    h.wr_id = 7;
+    h.remote_addr = region_->remote().addr + offset;
+    std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+    if (op == Opcode::kWrite) frame.append(length, '\xEE');
+    return frame;
+  }
+  static std::string Hello(absl::string_view token) {
+    internal::TcpHello hello{};
+    hello.magic = internal::kHelloMagic;
+    std::memcpy(hello.token, token.data(),
+                std::min(token.size(), sizeof(hello.token)));
+    return std::string(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  }
+  bool MemoryUntouched() const {
+    for (size_t i = 0; i < kRegionBytes; ++i) {
+      if (memory_[i] != uint8_t(i * 7 + 1)) return false;
+    }
+    return true;
   }
 
   // Reads 4 KiB at `offset` through `ep` and checks the bytes.
@@ -226,6 +267,118 @@ TEST(TcpOptionsTest, ConnectionCapsThatDoNotFitAreRefused) {
   options.stall_timeout = absl::ZeroDuration();
   t = CreateTcpTransport(options);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TcpAdmissionTest,
+       WithTokensAConnectionWithoutOneIsClosedBeforeAnyRequest) {
+  TcpOptions options;
+  options.require_token = true;
+  Start(options);
+  for (const std::string& frames :
+       {Frame(Opcode::kWrite, 64, 0), Frame(Opcode::kRead, 64, 0),
+        Hello(std::string(internal::kTcpTokenBytes, 'x')) +
+            Frame(Opcode::kWrite, 64, 0)}) {
+    RawSocket raw(port_);
+    ASSERT_TRUE(raw.connected());
+    raw.Send(frames.data(), frames.size());  // may be closed mid-send
+    std::string received;
+    ASSERT_TRUE(raw.ReadUntilClosed(&received));
+    EXPECT_TRUE(received.empty()) << "answered without a token";
+  }
+  EXPECT_TRUE(MemoryUntouched());
+  auto without = Connect();  // a client that asked for no token
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(ReadWorks(**without).code(), absl::StatusCode::kUnavailable);
+  auto with = ConnectWithHandshake();
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_TRUE(ReadWorks(**with).ok());
+}
+
+TEST_F(TcpAdmissionTest, WithTokensEachTokenAdmitsOneConnection) {
+  TcpOptions options;
+  options.require_token = true;
+  Start(options);
+  absl::StatusOr<std::string> token =
+      node_->AcceptHandshake(internal::kTcpTokenRequest);
+  ASSERT_TRUE(token.ok()) << token.status();
+  ASSERT_EQ(token->size(), internal::kTcpTokenBytes);
+  const std::string frames = Hello(*token) + Frame(Opcode::kWrite, 64, 0) +
+                             Frame(Opcode::kRead, 64, 0);
+  {
+    RawSocket first(port_);
+    ASSERT_TRUE(first.Send(frames.data(), frames.size()));
+    ::shutdown(first.fd(), SHUT_WR);
+    std::string received;
+    ASSERT_TRUE(first.ReadUntilClosed(&received));
+    // Two responses: the WRITE's, then the READ's with the bytes written.
+    ASSERT_EQ(received.size(), 2 * sizeof(internal::ResponseHeader) + 64);
+    EXPECT_EQ(received.substr(received.size() - 64), std::string(64, '\xEE'));
+  }
+  // Back to the known bytes, which the replay below must not change.
+  for (size_t i = 0; i < 64; ++i) memory_[i] = uint8_t(i * 7 + 1);
+  RawSocket replay(port_);
+  ASSERT_TRUE(replay.connected());
+  replay.Send(frames.data(), frames.size());  // may be closed mid-send
+  std::string received;
+  ASSERT_TRUE(replay.ReadUntilClosed(&received));
+  EXPECT_TRUE(received.empty()) << "a spent token admitted a connection";
+  EXPECT_TRUE(MemoryUntouched());
+}
+
+TEST_F(TcpAdmissionTest,
+       WithTokensASilentConnectionIsClosedAfterTheStallTimeout) {
+  TcpOptions options;
+  options.require_token = true;
+  options.stall_timeout = absl::Seconds(1);
+  Start(options);
+  auto admitted = ConnectWithHandshake();
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(ReadWorks(**admitted).ok());
+  RawSocket silent(port_);  // never presents a token
+  ASSERT_TRUE(silent.connected());
+  std::string ignored;
+  EXPECT_TRUE(silent.ReadUntilClosed(&ignored));
+  // An admitted connection, however idle, stays.
+  EXPECT_TRUE(ReadWorks(**admitted).ok());
+}
+
+TEST_F(TcpAdmissionTest, WithoutTokensTheHandshakeSaysNoneIsNeeded) {
+  Start(TcpOptions());
+  absl::StatusOr<std::string> token =
+      node_->AcceptHandshake(internal::kTcpTokenRequest);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_TRUE(token->empty());
+  EXPECT_EQ(node_->AcceptHandshake("something else").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto ep = ConnectWithHandshake();
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_TRUE(ReadWorks(**ep).ok());
+}
+
+TEST(TcpTokenBookTest, ATokenWorksOnceAndExpires) {
+  internal::TcpTokenBook book;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  absl::StatusOr<std::string> a = book.Issue(t0);
+  absl::StatusOr<std::string> b = book.Issue(t0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(book.Redeem(*a, t0 + absl::Seconds(1)));
+  EXPECT_FALSE(book.Redeem(*a, t0 + absl::Seconds(1))) << "spent";
+  EXPECT_FALSE(book.Redeem(*b, t0 + internal::kTcpTokenTtl)) << "expired";
+  EXPECT_FALSE(book.Redeem(std::string(internal::kTcpTokenBytes, '\0'), t0));
+  EXPECT_EQ(book.outstanding(), 0u);
+}
+
+TEST(TcpTokenBookTest, OutstandingTokensAreCappedUntilTheyExpire) {
+  internal::TcpTokenBook book;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (size_t i = 0; i < internal::kMaxTcpTokens; ++i) {
+    ASSERT_TRUE(book.Issue(t0).ok()) << i;
+  }
+  EXPECT_EQ(book.Issue(t0 + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(book.Issue(t0 + internal::kTcpTokenTtl).ok());
+  EXPECT_EQ(book.outstanding(), 1u);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "rdma/shm.h"
 #include "rdma/sim.h"
 #include "rdma/tcp.h"
+#include "rdma/tcp_wire.h"
 #include "store/slab_manager.h"
 #include "store/store.h"
 #include "tests/fake_env.h"
@@ -231,6 +232,7 @@ TEST_F(NodeTest, ReleasedSlabIsReclaimedInTheBackgroundAfterGrace) {
   proto::ReleaseSlabRequest release;
   release.set_client_id("test-client");
   release.set_slab(g->slab());
+  release.set_token(g->token());
   proto::ReleaseSlabReply released;
   ASSERT_TRUE(stub->ReleaseSlab(&ctx, release, &released).ok());
   EXPECT_EQ((*node)->Stats().slabs_sealed(), 1u);
@@ -354,18 +356,26 @@ TEST_F(NodeTest, ServesOverTheSimulatedFabric) {
   EXPECT_EQ(sb.incarnation, info.incarnation());
 }
 
-TEST_F(NodeTest, HandshakeOverTcpIsUnimplemented) {
+TEST_F(NodeTest, HandshakeOverTcpSaysWhetherATokenIsNeeded) {
   absl::StatusOr<std::unique_ptr<Node>> node =
       StartNode(BaseOptions(coordinator_->address()));
   ASSERT_TRUE(node.ok()) << node.status();
   auto stub = NodeStub(**node);
-  grpc::ClientContext ctx;
   proto::HandshakeRequest request;
   request.set_transport("tcp");
+  request.set_request(rdma::internal::kTcpTokenRequest);
   proto::HandshakeReply reply;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(
+        FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").ok());
+  }
+  EXPECT_TRUE(reply.reply().empty()) << "this node's tcp takes no token";
+  request.set_request("something else");
+  grpc::ClientContext ctx;
   EXPECT_EQ(
       FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").code(),
-      absl::StatusCode::kUnimplemented);
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(NodeTest, RegistersAgainWhenCoordinatorForgetsIt) {

@@ -318,7 +318,7 @@ int RunNode(int argc, char** argv) {
     ::kill(::getpid(), SIGTERM);  // wakes WaitForStopSignal below
   };
   BlockStopSignals();
-  auto transport = NodeTransportFromFlags(flags);
+  auto transport = NodeTransportFromFlags(flags, options.tls.enabled());
   if (!transport.ok()) return Fail("node", transport.status());
   auto node = store::Node::Start(std::move(options), *std::move(transport));
   if (!node.ok()) return Fail("node", node.status());

@@ -150,9 +150,13 @@ absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags) {
 }
 
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
-    const Flags& flags) {
+    const Flags& flags, bool authenticated) {
   MESHPOOL_ASSIGN_OR_RETURN(std::string kind, ResolveTransport(flags));
-  if (kind == "tcp") return rdma::CreateTcpTransport();
+  if (kind == "tcp") {
+    rdma::TcpOptions options;
+    options.require_token = authenticated;
+    return rdma::CreateTcpTransport(options);
+  }
   if (kind == "uc") {
     MESHPOOL_ASSIGN_OR_RETURN(rdma::UcOptions options,
                               UcOptionsFromFlags(flags));

@@ -42,9 +42,12 @@ absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
 // for the verbs link). InvalidArgument for unknown values.
 absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags);
 
-// A node's transport: TCP, uc or verbs as the flags configure it.
+// A node's transport: TCP, uc or verbs as the flags configure it. With
+// `authenticated` (the node's control plane runs TLS) a tcp node admits
+// only connections that present a token from its handshake
+// (rdma::TcpOptions::require_token).
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
-    const Flags& flags);
+    const Flags& flags, bool authenticated);
 
 // The RDMA flags that were set, to pass on to child processes (the
 // coordinator's repair client uses the same devices).

@@ -1,0 +1,48 @@
+#include "rdma/tcp_tokens.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace meshpool::rdma::internal {
+
+absl::StatusOr<std::string> TcpTokenBook::Issue(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (expiry_.size() >= kMaxTcpTokens) DropExpiredLocked(now);
+  if (expiry_.size() >= kMaxTcpTokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        kMaxTcpTokens,
+        " tcp connection tokens are outstanding, issued and not yet used; "
+        "retry in a few seconds"));
+  }
+  std::string token(kTcpTokenBytes, '\0');
+  while (true) {
+    for (size_t i = 0; i < kTcpTokenBytes; i += 8) {
+      const uint64_t word = absl::Uniform<uint64_t>(gen_);
+      std::memcpy(token.data() + i, &word, 8);
+    }
+    if (expiry_.emplace(token, now + kTcpTokenTtl).second) return token;
+  }
+}
+
+bool TcpTokenBook::Redeem(absl::string_view token, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = expiry_.find(token);
+  if (it == expiry_.end()) return false;
+  const bool live = now < it->second;
+  expiry_.erase(it);
+  return live;
+}
+
+size_t TcpTokenBook::outstanding() const {
+  absl::MutexLock lock(&mu_);
+  return expiry_.size();
+}
+
+void TcpTokenBook::DropExpiredLocked(absl::Time now) {
+  absl::erase_if(expiry_,
+                 [now](const auto& entry) { return entry.second <= now; });
+}
+
+}  // namespace meshpool::rdma::internal
