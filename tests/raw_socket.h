@@ -39,12 +39,15 @@ class RawSocket {
     addr.sin_port = htons(port);
     connected_ =
         ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    if (!connected_) connect_errno_ = errno;
   }
   ~RawSocket() { ::close(fd_); }
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
 
   bool connected() const { return connected_; }
+  // errno of a failed connect (0 when connected).
+  int connect_errno() const { return connect_errno_; }
   int fd() const { return fd_; }
   bool Send(const void* data, size_t n) {
     return ::send(fd_, data, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
@@ -54,8 +57,11 @@ class RawSocket {
     char buf[4096];
     while (true) {
       pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, kCloseWaitMs) <= 0) return false;
+      const int ready = ::poll(&p, 1, kCloseWaitMs);
+      if (ready < 0 && errno == EINTR) continue;  // a signal (libFuzzer's)
+      if (ready <= 0) return false;
       ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return true;  // EOF or reset
       received->append(buf, static_cast<size_t>(n));
     }
@@ -71,6 +77,7 @@ class RawSocket {
  private:
   int fd_;
   bool connected_ = false;
+  int connect_errno_ = 0;
 };
 
 }  // namespace meshpool::testing

@@ -24,6 +24,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp.h"
 #include "rdma/tcp_wire.h"
@@ -140,8 +141,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Node& node = TheNode();
   std::string frames;
   const size_t requests = Rebase(data, size, node, &frames);
-  meshpool::testing::RawSocket socket(node.port);
-  MESHPOOL_FUZZ_CHECK(socket.connected(), "connect to the responder");
+  // Thousands of connections a second leave some of the node's closed
+  // ones in TIME_WAIT, and a new connection that lands on such a tuple is
+  // now and then refused by the kernel: retry for a while, as a client
+  // would; a node that stays unreachable fails the check.
+  std::unique_ptr<meshpool::testing::RawSocket> connected;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    connected = std::make_unique<meshpool::testing::RawSocket>(node.port);
+    if (connected->connected()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  meshpool::testing::RawSocket& socket = *connected;
+  MESHPOOL_FUZZ_CHECK(socket.connected(),
+                      absl::StrCat("connect to the responder: ",
+                                   std::strerror(socket.connect_errno())));
   // Reset, not TIME_WAIT, when this side closes: thousands of connections
   // a second must not use up the loopback's ports.
   linger off{1, 0};
