@@ -151,7 +151,8 @@ class SlabManager {
       SlabManagerOptions options, void* pool);
 
   // Leases a FREE slab to `client_id`, its SlabMeta words (evicting,
-  // touched) zeroed first. Errors: InvalidArgument (empty client_id),
+  // touched) zeroed first, under a fresh token (SlabGrant::token) that
+  // Release must present. Errors: InvalidArgument (empty client_id),
   // ResourceExhausted (no slab is FREE; the evictor turns this into its own
   // answer, see store/evictor.h).
   absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
