@@ -79,10 +79,12 @@ NodeConnection::~NodeConnection() {
   absl::MutexLock lock(&slab_mu_);
   if (!has_slab_) return;
   // Seal our slab now rather than at lease end; best effort.
+  // The current grant's SlabUse exists while has_slab_.
+  const HeldSlab& held = slab_uses_[grant_].held;
   proto::ReleaseSlabRequest request;
   request.set_client_id(options_.client_id);
-  request.set_slab(slab_);
-  request.set_token(slab_token_);
+  request.set_slab(held.slab);
+  request.set_token(held.token);
   proto::ReleaseSlabReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
@@ -240,9 +242,8 @@ absl::Status NodeConnection::GrantSlabLocked(absl::Duration* retry_after) {
   }
   has_slab_ = true;
   slab_ = reply.slab();
-  slab_token_ = reply.token();
   grant_ = ++grants_;
-  slab_uses_[grant_].held = HeldSlab{slab_, slab_token_};
+  slab_uses_[grant_].held = HeldSlab{slab_, reply.token()};
   slab_cursor_ = reply.offset();
   slab_end_ = reply.offset() + reply.length();
   // Measured from when we asked: the node's lease started after that.

@@ -212,7 +212,6 @@ class NodeConnection {
   absl::Mutex slab_mu_;
   bool has_slab_ ABSL_GUARDED_BY(slab_mu_) = false;
   uint64_t slab_ ABSL_GUARDED_BY(slab_mu_) = 0;
-  uint64_t slab_token_ ABSL_GUARDED_BY(slab_mu_) = 0;
   uint64_t slab_cursor_ ABSL_GUARDED_BY(slab_mu_) = 0;
   uint64_t slab_end_ ABSL_GUARDED_BY(slab_mu_) = 0;
   absl::Time slab_deadline_ ABSL_GUARDED_BY(slab_mu_);

@@ -158,8 +158,8 @@ class Endpoint {
 };
 
 // Carries an opaque connection request to the peer node over the control
-// plane and returns its reply (verbs exchanges QPN/GID/PSN this way). TCP and
-// sim never call it.
+// plane and returns its reply (verbs exchanges QPN/GID/PSN this way; tcp
+// asks for a connection token, rdma/tcp.h). Sim never calls it.
 using Handshake =
     std::function<absl::StatusOr<std::string>(const std::string& request)>;
 

@@ -22,10 +22,11 @@ namespace meshpool::rdma::internal {
 
 class TcpEndpoint : public Endpoint {
  public:
-  // Connects to "tcp://host:port" and, when `token` is not empty (the
-  // kTcpTokenBytes a node's handshake issued), opens with a TcpHello
-  // presenting it. InvalidArgument for a malformed address; Unavailable
-  // when the peer cannot be reached within `connect_timeout`.
+  // Connects to "tcp://host:port" and, when `token` is not empty, opens
+  // with a TcpHello presenting it. REQUIRES: `token` is empty or the
+  // kTcpTokenBytes a node's handshake issued. InvalidArgument for a
+  // malformed address; Unavailable when the peer cannot be reached within
+  // `connect_timeout`.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       absl::string_view address, absl::Duration connect_timeout,
       absl::Duration send_timeout, absl::string_view token = {});
