@@ -38,7 +38,10 @@
 // A connection with work under way that moves no byte for stall_timeout
 // (a header or payload cut short, responses the peer never reads) is
 // closed, checked once a second. An idle one stays until its peer closes it
-// or the responder's admission evicts it for a newcomer.
+// or the responder's admission evicts it for a newcomer. A connection
+// marked for eviction before its loop took it from the inbox is closed as it
+// is taken (the wake-up that asked for the eviction may have been spent on
+// an Evict() that ran before it arrived).
 //
 // Note: a READ's bytes leave when they are sent, so a WRITE to the same
 // bytes pipelined after the READ on the same connection may show up in the
@@ -252,7 +255,9 @@ void TcpServeLoop::TakeAdopted() {
     c->admitted = !limits_.admit;
     conns_.push_back(std::move(c));
     Conn& conn = *conns_.back();
-    if (stopping_.load()) {
+    // Marked for eviction while it waited in the inbox: the Evict() that
+    // request woke may have run before it got here, and no other will.
+    if (stopping_.load() || conn.info->evict.load()) {
       Close(conn);
       continue;
     }
