@@ -14,7 +14,8 @@
 // maps each memfd once per transport (shared by that transport's endpoints,
 // unmapped with the last), and keeps the connection open: its hang-up says
 // the node died. Socket file permissions (ShmOptions.socket_mode) decide who
-// may map the pool.
+// may connect, and the peer's user id (ShmOptions.allowed_uids) who is
+// handed the pool.
 //   Listen(bind): `bind` is an absolute socket path, or empty for
 //     $XDG_RUNTIME_DIR (else /tmp) /meshpool-<pid>-<n>.sock; a dead node's
 //     stale socket file there is replaced, anything else is AlreadyExists;
@@ -23,7 +24,8 @@
 //   Connect: InvalidArgument (malformed address), FailedPrecondition (the
 //     address names another host identity, or atomics= without
 //     atomics_transport, or the node speaks another version), PermissionDenied
-//     (socket permissions), Unavailable (no node listens there). The
+//     (socket permissions, or the node's allowed_uids leave this user out),
+//     Unavailable (no node listens there). The
 //     handshake is only used to connect the atomics endpoint.
 //
 // Endpoints execute every request inside Post(), in posting order, and queue
@@ -97,6 +99,8 @@ inline constexpr int kShmLivenessCheckMs = 10;
 // Most memfds one node exports, and regions it registers at once.
 inline constexpr size_t kMaxShmExports = 16;
 inline constexpr size_t kMaxShmRegions = 256;
+// Most user ids ShmOptions.allowed_uids names.
+inline constexpr size_t kMaxShmAllowedUids = 64;
 
 // Node side: memory [addr, addr+length) is the MAP_SHARED mapping of `fd`
 // from byte `offset`. REQUIRES: that is true, and stays true while the
@@ -121,6 +125,12 @@ struct ShmOptions {
   std::string atomics_address;
   // Node side: permissions of the socket file (0600: only this user).
   uint32_t socket_mode = 0600;
+  // Node side: the user ids whose processes are handed the pool, checked
+  // on each connection by the kernel's record of the peer (SO_PEERCRED);
+  // others are refused (their Connect: PermissionDenied). Empty: this
+  // process's effective user and root (who can read any process's memory
+  // anyway). At most kMaxShmAllowedUids.
+  std::vector<uint32_t> allowed_uids;
   // Client side: the transport forwarded atomics go through (not owned;
   // REQUIRES: outlives this transport and its endpoints). Connecting to an
   // address with "atomics=" without one is FailedPrecondition.

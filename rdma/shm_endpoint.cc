@@ -108,6 +108,18 @@ absl::StatusOr<Hello> ReceiveHello(int fd, const std::string& path) {
                      "accepts; is the node another meshpool version?"));
   }
   hello.bytes.resize(static_cast<size_t>(got));
+  ShmRefusal refusal{};
+  if (hello.bytes.size() == sizeof(refusal) && hello.fds.empty()) {
+    std::memcpy(&refusal, hello.bytes.data(), sizeof(refusal));
+    if (refusal.magic == kShmRefusedMagic) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the shm node at ", path, " does not hand its pool to user ",
+          refusal.uid,
+          " (it admits its own user and root unless started with "
+          "--shm-allow-uid); run as an admitted user, or use the node's "
+          "main address"));
+    }
+  }
   return hello;
 }
 

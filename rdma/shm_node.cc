@@ -226,7 +226,7 @@ void ShmNodeState::Hello(std::string* message, std::vector<int>* fds) const {
 // ---- ShmListener ----------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<ShmListener>> ShmListener::Create(
-    const std::string& path, uint32_t mode,
+    const std::string& path, uint32_t mode, std::vector<uint32_t> allowed_uids,
     std::shared_ptr<const ShmNodeState> state) {
   MESHPOOL_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
   UniqueFd fd(
@@ -268,15 +268,17 @@ absl::StatusOr<std::unique_ptr<ShmListener>> ShmListener::Create(
     ::unlink(path.c_str());
     return wake.status();
   }
-  return std::unique_ptr<ShmListener>(new ShmListener(
-      path, st.st_ino, std::move(fd), *std::move(wake), std::move(state)));
+  return std::unique_ptr<ShmListener>(
+      new ShmListener(path, st.st_ino, std::move(fd), *std::move(wake),
+                      std::move(allowed_uids), std::move(state)));
 }
 
 ShmListener::ShmListener(std::string path, ino_t inode, UniqueFd fd,
-                         WakePipe wake,
+                         WakePipe wake, std::vector<uint32_t> allowed_uids,
                          std::shared_ptr<const ShmNodeState> state)
     : path_(std::move(path)),
       inode_(inode),
+      allowed_uids_(std::move(allowed_uids)),
       state_(std::move(state)),
       listen_fd_(std::move(fd)),
       wake_(std::move(wake)) {
@@ -329,6 +331,24 @@ void ShmListener::Reap(const std::vector<short>& revents) {
   connections_.swap(kept);
 }
 
+bool ShmListener::Admits(int fd) const {
+  // The kernel's record of who connected (not something the peer says).
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      len != sizeof(cred)) {
+    return false;
+  }
+  const uint32_t uid = static_cast<uint32_t>(cred.uid);
+  if (std::find(allowed_uids_.begin(), allowed_uids_.end(), uid) !=
+      allowed_uids_.end()) {
+    return true;
+  }
+  ShmRefusal refusal{kShmRefusedMagic, uid, 0};
+  (void)::send(fd, &refusal, sizeof(refusal), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return false;
+}
+
 void ShmListener::AcceptAll() {
   std::string message;
   std::vector<int> fds;
@@ -345,6 +365,7 @@ void ShmListener::AcceptAll() {
       return;  // EAGAIN: all accepted; others: try on the next wake-up
     }
     if (connections_.size() >= kMaxShmConnections) continue;  // closes c
+    if (!Admits(c.get())) continue;                           // closes c
     state_->Hello(&message, &fds);
     iovec iov{message.data(), message.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kShmHelloMaxFds)];

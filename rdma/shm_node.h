@@ -95,10 +95,12 @@ class ShmListener {
  public:
   // Binds `path` (a stale socket file of a dead node is replaced; a live
   // node's is AlreadyExists, as is any other file there), sets its mode,
-  // and starts serving `state`. Errors: InvalidArgument (path too long),
+  // and starts serving `state` to peers whose user id is in `allowed_uids`
+  // (others get a ShmRefusal). Errors: InvalidArgument (path too long),
   // AlreadyExists, PermissionDenied, Internal from the OS.
   static absl::StatusOr<std::unique_ptr<ShmListener>> Create(
       const std::string& path, uint32_t mode,
+      std::vector<uint32_t> allowed_uids,
       std::shared_ptr<const ShmNodeState> state);
   ShmListener(const ShmListener&) = delete;
   ShmListener& operator=(const ShmListener&) = delete;
@@ -110,14 +112,18 @@ class ShmListener {
 
  private:
   ShmListener(std::string path, ino_t inode, UniqueFd fd, WakePipe wake,
+              std::vector<uint32_t> allowed_uids,
               std::shared_ptr<const ShmNodeState> state);
   void Loop();
   void AcceptAll();
+  // Whether the peer on `fd` runs as an allowed user; if not, tells it so.
+  bool Admits(int fd) const;
   // Drops connections whose client hung up (`revents` of each).
   void Reap(const std::vector<short>& revents);
 
   const std::string path_;
   const ino_t inode_;
+  const std::vector<uint32_t> allowed_uids_;
   const std::shared_ptr<const ShmNodeState> state_;
   UniqueFd listen_fd_;
   WakePipe wake_;

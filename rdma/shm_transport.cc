@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
@@ -22,6 +23,14 @@
 
 namespace meshpool::rdma {
 namespace {
+
+// Who a node's socket hands the pool to (ShmOptions.allowed_uids).
+std::vector<uint32_t> AllowedUids(const ShmOptions& options) {
+  if (!options.allowed_uids.empty()) return options.allowed_uids;
+  std::vector<uint32_t> uids = {static_cast<uint32_t>(::geteuid())};
+  if (uids[0] != 0) uids.push_back(0);
+  return uids;
+}
 
 // A client-side registration: any local memory will do for memcpy; with an
 // atomics transport, the memory is registered there too and this region
@@ -98,8 +107,8 @@ class ShmTransport : public Transport {
                        "for one under $XDG_RUNTIME_DIR or /tmp)"));
     }
     MESHPOOL_ASSIGN_OR_RETURN(
-        listener_,
-        internal::ShmListener::Create(path, options_.socket_mode, node_));
+        listener_, internal::ShmListener::Create(path, options_.socket_mode,
+                                                 AllowedUids(options_), node_));
     return FormatShmAddress(
         ShmAddress{path, HostIdentity(), options_.atomics_address});
   }
@@ -154,6 +163,12 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateShmTransport(
       options.atomics_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "ShmOptions.connect_timeout and atomics_timeout must be positive");
+  }
+  if (options.allowed_uids.size() > kMaxShmAllowedUids) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShmOptions.allowed_uids names ", options.allowed_uids.size(),
+        " users; name at most ", kMaxShmAllowedUids,
+        " (or share a group and a socket_mode instead)"));
   }
   if (options.socket_mode > 0777) {
     return absl::InvalidArgumentError(absl::StrCat(

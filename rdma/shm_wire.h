@@ -4,6 +4,8 @@
 //    connects to its unix socket: ShmHelloHeader, then region_count
 //    ShmWireRegion, with SCM_RIGHTS carrying the control memfd first and then
 //    one memfd per export (export_index i is descriptor i + 1).
+//  * The refusal: what the node sends instead, with no descriptor, to a
+//    peer whose user it does not admit (ShmRefusal).
 //  * The control page: a small memfd the node writes and clients map
 //    read-only. `closed` turns nonzero when the node's transport is
 //    destroyed; slot_rkey[s] holds the rkey of the region in slot s while it
@@ -30,6 +32,7 @@ namespace meshpool::rdma::internal {
 
 inline constexpr uint64_t kShmHelloMagic = 0x4f4c4c454853504dull;    // MPSHELLO
 inline constexpr uint64_t kShmControlMagic = 0x4c5254434853504dull;  // MPSHCTRL
+inline constexpr uint64_t kShmRefusedMagic = 0x45504f4e4853504dull;  // MPSHNOPE
 inline constexpr uint32_t kShmWireVersion = 1;
 
 struct ShmHelloHeader {
@@ -40,6 +43,14 @@ struct ShmHelloHeader {
   uint32_t reserved;
 };
 static_assert(sizeof(ShmHelloHeader) == 24);
+
+struct ShmRefusal {
+  uint64_t magic;  // kShmRefusedMagic
+  uint32_t uid;    // the peer's user id, as the node's kernel saw it
+  uint32_t reserved;
+};
+static_assert(sizeof(ShmRefusal) < sizeof(ShmHelloHeader),
+              "a refusal is told apart from a hello by its length");
 
 struct ShmWireRegion {
   uint64_t addr;  // in the node's address space (what WRs name)

@@ -366,6 +366,7 @@ absl::StatusOr<std::string> NodeImpl::ServeShm(
   if (transport_->kind() == rdma::TransportKind::kVerbs) {
     shm.atomics_address = std::string(transport_address);
   }
+  shm.allowed_uids = options_.shm_allowed_uids;
   MESHPOOL_ASSIGN_OR_RETURN(shm_transport_,
                             rdma::CreateShmTransport(std::move(shm)));
   MESHPOOL_ASSIGN_OR_RETURN(

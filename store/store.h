@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -88,6 +89,9 @@ struct NodeOptions {
   // atomics still go through the node's transport on verbs.
   bool shm = true;
   std::string shm_socket;
+  // Whose processes the shm socket hands the pool to, by user id
+  // (rdma::ShmOptions::allowed_uids; empty: this process's user and root).
+  std::vector<uint32_t> shm_allowed_uids;
   // Serve Prometheus metrics and a health check over HTTP on this
   // "host:port" (metrics/metrics.h; port 0 picks one), published in
   // NodeInfo.metrics_address. Empty: no metrics server.

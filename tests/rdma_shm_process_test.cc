@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -160,25 +161,109 @@ void ChildNode() {
   std::this_thread::sleep_for(std::chrono::seconds(kChildLifetimeS));
 }
 
+// Stranger: becomes user MESHPOOL_SHM_UID and connects to the node at
+// MESHPOOL_SHM_ADDRESS, which must refuse it for its user.
+void ChildStranger() {
+  uint32_t uid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Env("MESHPOOL_SHM_UID"), &uid));
+  ASSERT_EQ(::setgid(uid), 0) << std::strerror(errno);
+  ASSERT_EQ(::setuid(uid), 0) << std::strerror(errno);
+  auto client = CreateShmTransport({});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ep = (*client)->Connect(Env("MESHPOOL_SHM_ADDRESS"), nullptr);
+  ASSERT_EQ(ep.status().code(), absl::StatusCode::kPermissionDenied)
+      << ep.status();
+  EXPECT_NE(ep.status().message().find(absl::StrCat("to user ", uid)),
+            absl::string_view::npos)
+      << ep.status();
+}
+
 TEST(ShmChild, Main) {
   const std::string role = Env("MESHPOOL_SHM_CHILD");
   if (role.empty()) GTEST_SKIP() << "runs only as a child of ShmProcess tests";
   if (role == "client") ChildClient();
   if (role == "node") ChildNode();
+  if (role == "stranger") ChildStranger();
 }
 
 // ---- the parent ----------------------------------------------------------
 
+// A sealed memfd of kPoolBytes mapped shared (pool null on failure),
+// unmapped and closed on destruction.
+struct ParentPool {
+  explicit ParentPool(const char* name)
+      : fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)) {
+    if (fd < 0 || ::ftruncate(fd, kPoolBytes) != 0 ||
+        ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      return;
+    }
+    void* p =
+        ::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) pool = static_cast<uint8_t*>(p);
+  }
+  ~ParentPool() {
+    if (pool != nullptr) ::munmap(pool, kPoolBytes);
+    if (fd >= 0) ::close(fd);
+  }
+  ParentPool(const ParentPool&) = delete;
+  ParentPool& operator=(const ParentPool&) = delete;
+
+  int fd;
+  uint8_t* pool = nullptr;
+};
+
+TEST(ShmProcess, AnotherUsersProcessIsRefusedAndTheNodeServesOn) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: running a child as another user needs "
+                    "root; ShmPeers.AUserTheNodeDoesNotAdmitIsPermissionDenied "
+                    "checks the refusal by allowed_uids instead";
+  }
+  ParentPool parent("shm-cred-pool");
+  ASSERT_NE(parent.pool, nullptr);
+  uint8_t* pool = parent.pool;
+  const int memory_fd = parent.fd;
+  for (size_t i = 0; i < kPatternBytes; ++i) {
+    pool[kPatternOffset + i] = PatternByte(i);
+  }
+  {
+    // The socket file admits everyone, so only the peer's user id (the
+    // default: this process's user and root) stands in the stranger's way.
+    ShmOptions options = Exporting(pool, memory_fd, 0);
+    options.socket_mode = 0666;
+    auto node = CreateShmTransport(std::move(options));
+    ASSERT_TRUE(node.ok()) << node.status();
+    auto region = (*node)->RegisterMemory(pool, kPoolBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    auto address = (*node)->Listen(
+        absl::StrCat("/tmp/meshpool-cred-", ::getpid(), ".sock"));
+    ASSERT_TRUE(address.ok()) << address.status();
+    const pid_t child =
+        SpawnChild({"MESHPOOL_SHM_CHILD=stranger", "MESHPOOL_SHM_UID=65534",
+                    absl::StrCat("MESHPOOL_SHM_ADDRESS=", *address)},
+                   -1);
+    ASSERT_GT(child, 0);
+    EXPECT_EQ(WaitChild(child), 0) << "the stranger was not refused";
+    // The node serves its own user on.
+    auto client = CreateShmTransport({});
+    ASSERT_TRUE(client.ok());
+    auto ep = (*client)->Connect(*address, nullptr);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    std::vector<uint8_t> back(kPatternBytes);
+    const RemoteRegion r = (*region)->remote();
+    ASSERT_TRUE(
+        RunBatch(**ep, {Request(Opcode::kRead, 1, back.data(), kPatternBytes,
+                                r.addr + kPatternOffset, r.rkey)})
+            .ok());
+    EXPECT_EQ(std::memcmp(back.data(), pool + kPatternOffset, kPatternBytes),
+              0);
+  }
+}
+
 TEST(ShmProcess, ChildClientWritesAndAddsWhileThisProcessAdds) {
-  auto memory_fd =
-      ::memfd_create("shm-parent-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  ASSERT_GE(memory_fd, 0);
-  ASSERT_EQ(::ftruncate(memory_fd, kPoolBytes), 0);
-  ASSERT_EQ(::fcntl(memory_fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-  void* p = ::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   memory_fd, 0);
-  ASSERT_NE(p, MAP_FAILED);
-  auto* pool = static_cast<uint8_t*>(p);
+  ParentPool parent("shm-parent-pool");
+  ASSERT_NE(parent.pool, nullptr);
+  uint8_t* pool = parent.pool;
+  const int memory_fd = parent.fd;
   {
     auto node = CreateShmTransport(Exporting(pool, memory_fd, 0));
     ASSERT_TRUE(node.ok()) << node.status();
@@ -231,8 +316,6 @@ TEST(ShmProcess, ChildClientWritesAndAddsWhileThisProcessAdds) {
       ASSERT_EQ(pool[kPatternOffset + i], PatternByte(i)) << "byte " << i;
     }
   }
-  ::munmap(p, kPoolBytes);
-  ::close(memory_fd);
 }
 
 // Reads one line from `fd` within kReadyWaitMs.

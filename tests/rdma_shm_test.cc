@@ -124,6 +124,38 @@ TEST(ShmExports, BadExportsAreInvalidArgument) {
   }
 }
 
+TEST(ShmPeers, AUserTheNodeDoesNotAdmitIsPermissionDenied) {
+  const uint32_t me = static_cast<uint32_t>(::geteuid());
+  ShmOptions options;
+  options.allowed_uids = {me + 4242};  // someone else only
+  auto node = Node::Start(std::move(options));
+  ASSERT_NE(node, nullptr);
+  auto client = MustCreate({});
+  auto refused = client->Connect(node->address, nullptr);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find(absl::StrCat("to user ", me)),
+            absl::string_view::npos)
+      << refused.status();
+  // Refusing is no failure of the node: a node admitting this user serves.
+  ShmOptions admitting;
+  admitting.allowed_uids = {me + 4242, me};
+  auto other = Node::Start(std::move(admitting));
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(MustConnect(*client, other->address), nullptr);
+}
+
+TEST(ShmPeers, TooManyAllowedUsersIsInvalidArgument) {
+  auto memory = SharedMemory::Create("uids", 1 << 20);
+  ASSERT_NE(memory, nullptr);
+  ShmOptions options = Options({memory->Export()});
+  for (uint32_t i = 0; i <= kMaxShmAllowedUids; ++i) {
+    options.allowed_uids.push_back(i);
+  }
+  EXPECT_EQ(CreateShmTransport(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ShmExports, NodeRefusesUnsharedMemoryClientTakesAny) {
   auto node = Node::Start();
   ASSERT_NE(node, nullptr);

@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "coordinator/coordinator.h"
@@ -270,6 +272,9 @@ int RunNode(int argc, char** argv) {
                    "do not serve same-host clients over shared memory");
   flags.Define("shm-socket", "",
                "unix socket for same-host clients (default: under /tmp)");
+  flags.Define("shm-allow-uid", "",
+               "user ids (comma-separated) whose processes may map the pool "
+               "over the shm socket (default: the node's user and root)");
   flags.Define("metrics-listen", "",
                "serve Prometheus metrics (/metrics) and a health check "
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
@@ -311,6 +316,17 @@ int RunNode(int argc, char** argv) {
   options.huge_pages = !flags.GetBool("no-huge-pages");
   options.shm = !flags.GetBool("no-shm");
   options.shm_socket = flags.Get("shm-socket");
+  for (absl::string_view uid :
+       absl::StrSplit(flags.Get("shm-allow-uid"), ',', absl::SkipEmpty())) {
+    uint32_t value = 0;
+    if (!absl::SimpleAtoi(uid, &value)) {
+      return Fail("node", absl::InvalidArgumentError(absl::StrCat(
+                              "--shm-allow-uid: '", uid,
+                              "' is not a user id; give numbers, e.g. "
+                              "--shm-allow-uid 1000,1001")));
+    }
+    options.shm_allowed_uids.push_back(value);
+  }
   options.metrics_listen = flags.Get("metrics-listen");
   static std::atomic<bool> declared_dead{false};
   options.on_declared_dead = [] {
