@@ -129,7 +129,43 @@ std::string NodeConnection::Describe() const {
   return absl::StrCat("node ", info_.node_id(), " (", address_, ")");
 }
 
+absl::Status NodeConnection::LearnPool() {
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_known_.load(std::memory_order_acquire)) return absl::OkStatus();
+  proto::DescribePoolRequest request;
+  request.set_incarnation(info_.incarnation());
+  proto::DescribePoolReply reply;
+  grpc::ClientContext ctx;
+  absl::Status asked =
+      FromGrpc(stub_->DescribePool(NewContext(ctx), request, &reply),
+               absl::StrCat("asking ", Describe(), " where its pool is"));
+  if (!asked.ok()) {
+    if (absl::IsPermissionDenied(asked) || absl::IsUnauthenticated(asked)) {
+      return asked;  // retrying will not help: fix the credentials
+    }
+    return absl::UnavailableError(absl::StrCat(
+        asked.message(),
+        "; the node may have died or restarted: retry once the cluster map "
+        "updates"));
+  }
+  // The layout was checked against the registered length: a pool of
+  // another size would let it address past the registration.
+  if (reply.pool().length() != info_.pool().length()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), " describes a pool of ", reply.pool().length(),
+                     " bytes but registered one of ", info_.pool().length(),
+                     "; it is not the node the cluster map names"));
+  }
+  pool_addr_ = reply.pool().addr();
+  pool_rkey_ = reply.pool().rkey();
+  pool_known_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {
+  if (!pool_known_.load(std::memory_order_acquire)) {
+    MESHPOOL_RETURN_IF_ERROR(LearnPool());
+  }
   {
     absl::MutexLock lock(&lanes_mu_);
     if (!idle_lanes_.empty()) {

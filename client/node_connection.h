@@ -79,8 +79,11 @@ class NodeConnection {
   const std::string& address() const { return address_; }
   const format::PoolLayout& layout() const { return layout_; }
   uint64_t incarnation() const { return info_.incarnation(); }
-  uint64_t pool_addr() const { return info_.pool().addr(); }
-  uint32_t pool_rkey() const { return info_.pool().rkey(); }
+  // Where one-sided operations name the node's pool. The cluster map leaves
+  // them out: the first AcquireLane asks the node (DescribePool), so they
+  // are valid to a caller holding a LaneLease, 0 before any was granted.
+  uint64_t pool_addr() const { return pool_addr_; }
+  uint32_t pool_rkey() const { return pool_rkey_; }
   absl::Duration read_lease() const { return read_lease_; }
   absl::Duration op_timeout() const { return options_.op_timeout; }
   // Largest object a slab can hold.
@@ -103,7 +106,9 @@ class NodeConnection {
     NodeConnection* owner_;
     std::unique_ptr<Lane> lane_;
   };
-  // Unavailable when the node cannot be reached (it may have died).
+  // Unavailable when the node cannot be reached (it may have died, or
+  // restarted: a new incarnation); FailedPrecondition when it describes a
+  // pool other than the one it registered.
   absl::StatusOr<LaneLease> AcquireLane();
 
   // Space for one object in a slab leased from this node. While it lives,
@@ -184,6 +189,8 @@ class NodeConnection {
   NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
                  absl::string_view address, const ConnectionOptions& options);
   void ReturnLane(std::unique_ptr<Lane> lane);
+  // Asks the node where its pool is, once (AcquireLane's errors).
+  absl::Status LearnPool();
   // Replaces the current slab; the old one is released once no allocation
   // in it is outstanding (at once when that is already so).
   // *retry_after > 0: the node is evicting, no slab yet; ask again then.
@@ -205,6 +212,13 @@ class NodeConnection {
   const ConnectionOptions options_;
   const absl::Duration read_lease_;
   std::unique_ptr<proto::Node::Stub> stub_;
+
+  // Set once by LearnPool, before pool_known_ (release): readers load
+  // pool_known_ (acquire) or hold a lane created after it was set.
+  absl::Mutex pool_mu_;
+  std::atomic<bool> pool_known_{false};
+  uint64_t pool_addr_ = 0;
+  uint32_t pool_rkey_ = 0;
 
   absl::Mutex lanes_mu_;
   std::vector<std::unique_ptr<Lane>> idle_lanes_ ABSL_GUARDED_BY(lanes_mu_);

@@ -140,6 +140,10 @@ absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
   MESHPOOL_RETURN_IF_ERROR(CheckRunning());
   proto::NodeEntry entry;
   *entry.mutable_info() = info;
+  // The map is readable by anyone the coordinator serves: it never carries
+  // what one-sided access needs (clients ask the node, authenticated).
+  entry.mutable_info()->mutable_pool()->clear_addr();
+  entry.mutable_info()->mutable_pool()->clear_rkey();
   if (info.node_id().empty()) {
     MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
     entry.mutable_info()->set_node_id(NextNodeId(map));
@@ -196,7 +200,15 @@ absl::StatusOr<proto::HeartbeatReply> Membership::Heartbeat(
   return reply;
 }
 
-absl::StatusOr<proto::ClusterMap> Membership::Map() const { return state_->Snapshot(); }
+absl::StatusOr<proto::ClusterMap> Membership::Map() const {
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+  // Entries a coordinator before DescribePool stored still hold them.
+  for (proto::NodeEntry& entry : *map.mutable_nodes()) {
+    entry.mutable_info()->mutable_pool()->clear_addr();
+    entry.mutable_info()->mutable_pool()->clear_rkey();
+  }
+  return map;
+}
 
 absl::StatusOr<int> Membership::Reap() {
   absl::MutexLock lock(&mu_);

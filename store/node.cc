@@ -184,6 +184,14 @@ class NodeImpl {
   // Serves the (shared) pool over shared memory; returns its address.
   absl::StatusOr<std::string> ServeShm(absl::string_view transport_address);
   absl::Status Register();
+  // What Register sends: info_ without the pool's address and key, which
+  // the coordinator would otherwise publish in the map.
+  proto::NodeInfo Registration() const {
+    proto::NodeInfo registration = info_;
+    registration.mutable_pool()->clear_addr();
+    registration.mutable_pool()->clear_rkey();
+    return registration;
+  }
   // Starts the metrics server (options_.metrics_listen) and publishes its
   // address in info_.
   absl::Status ServeMetrics();
@@ -325,6 +333,7 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   deps.sessions = pins_.get();
   deps.evictor = evictor_.get();
   deps.pool = pool_.data();
+  deps.pool_region = region_->remote();
   deps.transport = transport_.get();
   deps.incarnation = incarnation_;
   deps.stats = [this] { return Stats(); };
@@ -413,7 +422,7 @@ absl::Status NodeImpl::Register() {
   }
   coordinator_ = *std::move(client);
   MESHPOOL_ASSIGN_OR_RETURN(proto::RegisterNodeReply reply,
-                            coordinator_->RegisterNode(info_));
+                            coordinator_->RegisterNode(Registration()));
   heartbeat_ok_ns_ = absl::ToUnixNanos(options_.env->Now());
   info_.set_node_id(reply.node_id());
   if (reply.heartbeat_interval_ms() > 0) {
@@ -489,7 +498,7 @@ void NodeImpl::HeartbeatLoop() {
     }
     // The coordinator forgot us (restart without state).
     absl::StatusOr<proto::RegisterNodeReply> again =
-        coordinator_->RegisterNode(info_);
+        coordinator_->RegisterNode(Registration());
     if (!again.ok()) {
       Log(absl::StrCat("registering again failed: ",
                        again.status().ToString()));

@@ -87,6 +87,27 @@ class NodeServiceImpl final : public proto::Node::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status DescribePool(grpc::ServerContext* context,
+                            const proto::DescribePoolRequest* request,
+                            proto::DescribePoolReply* reply) override {
+    if (grpc::Status s =
+            auth::Allow(*context, "connect to the data plane", kUsers);
+        !s.ok()) {
+      return s;
+    }
+    absl::Status same = SameIncarnation(request->incarnation());
+    if (!same.ok()) return ToGrpc(same);
+    if (deps_.pool_region.length == 0) {
+      return ToGrpc(absl::FailedPreconditionError(
+          "this node has registered no pool yet; retry once it has started"));
+    }
+    proto::RemoteRegion* pool = reply->mutable_pool();
+    pool->set_addr(deps_.pool_region.addr);
+    pool->set_rkey(deps_.pool_region.rkey);
+    pool->set_length(deps_.pool_region.length);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStats(grpc::ServerContext* context,
                         const proto::GetStatsRequest*,
                         proto::NodeStats* reply) override {

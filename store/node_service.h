@@ -1,5 +1,6 @@
 // meshpool/store/node_service.h: the node's control-plane endpoint, the gRPC
-// service meshpool.proto.Node (GrantSlab, ReleaseSlab, Handshake, GetStats,
+// service meshpool.proto.Node (GrantSlab, ReleaseSlab, Handshake,
+// DescribePool, GetStats,
 // OpenSession / RenewSession / CloseSession for clients' pin tables, and
 // AllocateRegion / FreeRegion for the coordinator).
 //
@@ -14,6 +15,10 @@
 // stripe_bytes)) slabs (SlabManager::AllocateRegion has the other codes)
 // and answers the slab size and the slabs' pool offsets in order.
 // FreeRegion of a region this node does not hold is OK.
+//
+// DescribePool answers the pool's address, key and length to a data user
+// (with TLS: a client, node or admin) naming this incarnation
+// (FailedPrecondition otherwise): the only place a client learns them.
 //
 // DigestRanges answers the XXH3-64 of each range, in order, computed on the
 // calling gRPC thread. Errors: FailedPrecondition (another incarnation),
@@ -65,6 +70,9 @@ class NodeServiceImpl;  // node_service.cc
 struct NodeServiceDeps {
   SlabManager* slabs = nullptr;
   const char* pool = nullptr;  // the pool slabs->layout() describes
+  // The pool's registration, answered by DescribePool (zero length: that
+  // call answers FailedPrecondition).
+  rdma::RemoteRegion pool_region;
   rdma::Transport* transport = nullptr;
   PinTables* sessions = nullptr;  // optional: session calls Unimplemented
   Evictor* evictor = nullptr;     // optional: GrantSlab asks slabs directly

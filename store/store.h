@@ -137,7 +137,9 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // As registered, with node_id filled in. Valid for the Node's lifetime.
+  // As registered, with node_id filled in, and with the pool's address and
+  // key, which the registration leaves out (clients get them from the
+  // node's DescribePool). Valid for the Node's lifetime.
   const proto::NodeInfo& info() const;
 
   // Current pool statistics (what heartbeats carry); slabs_region counts

@@ -182,6 +182,22 @@ TEST_F(CoordinatorTest, RegisterAssignsIdsAndBumpsEpoch) {
   EXPECT_EQ(coordinator_->Map().SerializeAsString(), map.SerializeAsString());
 }
 
+TEST_F(CoordinatorTest, TheMapCarriesNoPoolAddressOrKey) {
+  // A node that sends them anyway (ValidNode does) is stored without them:
+  // with them, any peer reaching its data port could read the whole pool.
+  const proto::NodeInfo sent = ValidNode("leaky");
+  ASSERT_NE(sent.pool().rkey(), 0u);
+  Register(sent);
+  const proto::ClusterMap map = RemoteMap();
+  const proto::NodeEntry* entry = FindEntry(map, "leaky");
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->info().pool().addr(), 0u);
+  EXPECT_EQ(entry->info().pool().rkey(), 0u);
+  EXPECT_EQ(entry->info().pool().length(), sent.pool().length());
+  EXPECT_EQ(entry->info().layout().SerializeAsString(),
+            sent.layout().SerializeAsString());
+}
+
 TEST_F(CoordinatorTest, ConcurrentRegistrationsGetDistinctIds) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 10;

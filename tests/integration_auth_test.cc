@@ -21,6 +21,7 @@
 #include "meshpool/client.h"
 #include "meshpool/region.h"
 #include "placement/coordinator_client.h"
+#include "proto/proto.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp_wire.h"
 #include "tests/raw_socket.h"
@@ -88,6 +89,24 @@ class TlsClusterTest : public ::testing::Test {
     return c.ok() ? *std::move(c) : nullptr;
   }
 
+  // Asks the node at `control` where its pool is, presenting DIR/NAME.pem.
+  absl::StatusOr<proto::RemoteRegion> DescribePoolAs(
+      absl::string_view name, const proto::NodeInfo& info) {
+    auto security =
+        auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, name));
+    if (!security.ok()) return security.status();
+    auto stub = proto::Node::NewStub(security->Dial(info.control_address()));
+    proto::DescribePoolRequest request;
+    request.set_incarnation(info.incarnation());
+    proto::DescribePoolReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+    absl::Status s =
+        FromGrpc(stub->DescribePool(&ctx, request, &reply), "DescribePool");
+    if (!s.ok()) return s;
+    return reply.pool();
+  }
+
   std::string certs_;
   std::unique_ptr<tools::LocalCluster> cluster_;
 };
@@ -118,13 +137,16 @@ TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
   auto client = ConnectAs("client");
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Put("guarded", "value").ok());
-  // What an outsider who learned a node's address and pool key would send.
+  // What an outsider who learned a node's address and pool key (here from
+  // a certificate holder) would send.
   auto coordinator = CoordinatorAs("client");
   ASSERT_NE(coordinator, nullptr);
   auto map = coordinator->GetClusterMap();
   ASSERT_TRUE(map.ok()) << map.status();
   for (const auto& entry : map->nodes()) {
     const proto::NodeInfo& info = entry.info();
+    auto pool = DescribePoolAs("client", info);
+    ASSERT_TRUE(pool.ok()) << pool.status();
     const std::string& address = info.transport_addresses(0);
     ASSERT_TRUE(absl::StartsWith(address, "tcp://127.0.0.1:")) << address;
     uint32_t port = 0;
@@ -134,9 +156,9 @@ TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
       rdma::internal::RequestHeader h{};
       h.magic = rdma::internal::kRequestMagic;
       h.opcode = static_cast<uint8_t>(op);
-      h.rkey = info.pool().rkey();
+      h.rkey = pool->rkey();
       h.length = 4096;
-      h.remote_addr = info.pool().addr();
+      h.remote_addr = pool->addr();
       std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
       if (op == rdma::Opcode::kWrite) frame.append(4096, '\0');
       testing::RawSocket raw(static_cast<uint16_t>(port));
@@ -154,6 +176,40 @@ TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
   auto again = ConnectAs("client");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*again)->Put("after", "the outsider").ok());
+}
+
+TEST_F(TlsClusterTest, TheMapLeaksNoPoolKeyAndOnlyDataUsersLearnIt) {
+  auto coordinator = CoordinatorAs("bob");
+  ASSERT_NE(coordinator, nullptr);
+  auto map = coordinator->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->nodes_size(), 2);
+  for (const auto& entry : map->nodes()) {
+    const proto::NodeInfo& info = entry.info();
+    EXPECT_EQ(info.pool().rkey(), 0u) << info.node_id();
+    EXPECT_EQ(info.pool().addr(), 0u) << info.node_id();
+    EXPECT_GT(info.pool().length(), 0u) << info.node_id();
+    // A client certificate learns them from the node itself...
+    auto pool = DescribePoolAs("bob", info);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_NE(pool->addr(), 0u);
+    EXPECT_EQ(pool->length(), info.pool().length());
+    // ...naming the incarnation it found in the map...
+    proto::NodeInfo restarted = info;
+    restarted.set_incarnation(info.incarnation() + 1);
+    EXPECT_EQ(DescribePoolAs("bob", restarted).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    // ...and another node's certificate does not (nodes never read pools).
+    EXPECT_EQ(DescribePoolAs("node-2", info).status().code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  // The client reaches its data through what the nodes described.
+  auto client = ConnectAs("bob");
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("described", "pool").ok());
+  auto got = (*client)->Get("described");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "pool");
 }
 
 TEST_F(TlsClusterTest, ANodeCannotRegisterUnderAnotherNodesId) {

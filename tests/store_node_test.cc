@@ -134,7 +134,10 @@ TEST_F(NodeTest, RegistersAliveWithLayoutAndRegion) {
   EXPECT_EQ(entry->info().layout().index_offset(), format::kSuperblockBytes);
   EXPECT_GT(entry->info().layout().slab_count(), 0u);
   EXPECT_EQ(entry->info().pool().length(), kCapacity);
-  EXPECT_NE(entry->info().pool().addr(), 0u);
+  // The pool's address and key stay with the node (DescribePool).
+  EXPECT_EQ(entry->info().pool().addr(), 0u);
+  EXPECT_EQ(entry->info().pool().rkey(), 0u);
+  EXPECT_NE(info.pool().addr(), 0u);
   // The network address first; then same-host clients' shared memory.
   ASSERT_EQ(entry->info().transport_addresses_size(), 2);
   EXPECT_EQ(entry->info().transport_addresses(0).rfind("tcp://127.0.0.1:", 0),
