@@ -1,5 +1,6 @@
 #include "client/node_connection.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -160,6 +161,20 @@ absl::Status NodeConnection::LearnPool() {
   pool_rkey_ = reply.pool().rkey();
   pool_known_.store(true, std::memory_order_release);
   return absl::OkStatus();
+}
+
+absl::Time NodeConnection::GuardSeen(uint64_t value) const {
+  absl::MutexLock lock(&guards_mu_);
+  auto it = guard_seen_.find(value);
+  return it == guard_seen_.end() ? absl::InfinitePast() : it->second;
+}
+
+void NodeConnection::RecordGuard(uint64_t value, absl::Time posted) {
+  absl::MutexLock lock(&guards_mu_);
+  // Forgetting costs only a round trip on the next write: start afresh.
+  if (guard_seen_.size() >= kMaxGuardsRemembered) guard_seen_.clear();
+  absl::Time& seen = guard_seen_[value];
+  seen = std::max(seen, posted);
 }
 
 absl::StatusOr<NodeConnection::LaneLease> NodeConnection::AcquireLane() {

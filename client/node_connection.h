@@ -106,6 +106,14 @@ class NodeConnection {
     NodeConnection* owner_;
     std::unique_ptr<Lane> lane_;
   };
+  // Region guards (client/region_transfer.h): when this client last saw the
+  // guard word of allocation `value` hold it, as the time the request that
+  // read it was posted; InfinitePast when never (or forgotten: at most
+  // kMaxGuardsRemembered are kept).
+  absl::Time GuardSeen(uint64_t value) const;
+  void RecordGuard(uint64_t value, absl::Time posted);
+  static constexpr size_t kMaxGuardsRemembered = 4096;
+
   // Unavailable when the node cannot be reached (it may have died, or
   // restarted: a new incarnation); FailedPrecondition when it describes a
   // pool other than the one it registered.
@@ -219,6 +227,10 @@ class NodeConnection {
   std::atomic<bool> pool_known_{false};
   uint64_t pool_addr_ = 0;
   uint32_t pool_rkey_ = 0;
+
+  mutable absl::Mutex guards_mu_;
+  absl::flat_hash_map<uint64_t, absl::Time> guard_seen_
+      ABSL_GUARDED_BY(guards_mu_);
 
   absl::Mutex lanes_mu_;
   std::vector<std::unique_ptr<Lane>> idle_lanes_ ABSL_GUARDED_BY(lanes_mu_);

@@ -1,6 +1,8 @@
 #include "client/region.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "client/meshpool/region.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "format/protocol.h"
 #include "placement/region_layout.h"
 #include "xxhash.h"
@@ -30,10 +33,13 @@ namespace {
 constexpr uint64_t kVerifyBytesPerCall = uint64_t{64} << 20;
 static_assert(kVerifyBytesPerCall <= format::kMaxDigestBytes);
 
-// Which node process holds an extent's slabs.
+// Which node process holds an extent's slabs, and the id it holds them
+// under (what the first slab's SlabMeta.region word says while they are).
 struct ExtentOwner {
   std::string node_id;
   uint64_t incarnation = 0;
+  uint64_t allocation_id = 0;
+  std::optional<uint64_t> first_slab_offset;  // none: the extent is empty
 };
 
 // One version of a region's placement table (a repair makes a new one).
@@ -41,7 +47,14 @@ struct Shape {
   Shape(const proto::RegionInfo& info, placement::RegionLayout layout)
       : layout(std::move(layout)), layout_version(info.layout_version()) {
     for (const proto::RegionExtent& e : info.extents()) {
-      extents.push_back({e.node_id(), e.incarnation()});
+      ExtentOwner& owner = extents.emplace_back();
+      owner.node_id = e.node_id();
+      owner.incarnation = e.incarnation();
+      owner.allocation_id =
+          e.allocation_id() != 0 ? e.allocation_id() : info.region_id();
+      if (e.slab_offsets_size() > 0) {
+        owner.first_slab_offset = e.slab_offsets(0);
+      }
     }
   }
   placement::RegionLayout layout;
@@ -124,6 +137,12 @@ class RegionImpl : public Region {
   absl::StatusOr<uint64_t> Atomic(rdma::Opcode op, uint64_t offset,
                                   uint64_t compare_add, uint64_t swap);
   absl::Status NoLiveCopy(const Shape& shape, uint64_t stripe) const;
+  // `s`, naming this region when its memory was freed (NotFound, DataLoss).
+  absl::Status Named(absl::Status s) const {
+    if (!absl::IsNotFound(s) && !absl::IsDataLoss(s)) return s;
+    return absl::Status(s.code(), absl::StrCat("region '", name_, "' (id ",
+                                               region_id_, "): ", s.message()));
+  }
   // Calls visit(extent, byte offset from `offset`, pool offset, length,
   // stripe) for the live copies of each stripe piece of [offset, offset +
   // length): the first only (`all_copies` false) or every one. DataLoss
@@ -144,6 +163,25 @@ class RegionImpl : public Region {
   std::shared_ptr<const Shape> shape_ ABSL_GUARDED_BY(mu_);  // the newest known
   std::shared_ptr<const Liveness> liveness_ ABSL_GUARDED_BY(mu_);
 };
+
+// The guard of `extent`'s memory on `node`: its first slab's region word.
+// DataLoss when the region table names no slab of the node there.
+absl::StatusOr<RegionGuard> GuardOf(const ExtentOwner& extent,
+                                    const NodeConnection& node) {
+  const format::PoolLayout& l = node.layout();
+  const uint64_t at = extent.first_slab_offset.value_or(0);
+  if (!extent.first_slab_offset || at < l.slab_area_offset ||
+      (at - l.slab_area_offset) % l.slab_bytes != 0 ||
+      (at - l.slab_area_offset) / l.slab_bytes >= l.slab_count) {
+    return absl::DataLossError(absl::StrCat(
+        "the region table places allocation ", extent.allocation_id, " at ",
+        node.Describe(), " pool offset ", at,
+        ", where no slab starts; the table is corrupt"));
+  }
+  const uint64_t slab = (at - l.slab_area_offset) / l.slab_bytes;
+  return RegionGuard{l.slab_meta(slab) + offsetof(format::SlabMeta, region),
+                     extent.allocation_id};
+}
 
 absl::Status RegionImpl::Fill(
     const std::shared_ptr<const proto::ClusterMap>& map, Liveness* out,
@@ -307,7 +345,20 @@ absl::Status RegionImpl::TransferWith(const Liveness& liveness,
   for (NodeTransfer& t : transfers) {
     t.lkey = core_->RegisteredLkey(local, length, *t.node);
   }
-  return RunTransfers(kind, transfers, failed);
+  // Every extent the transfer touches is guarded on its node.
+  for (size_t extent = 0; extent < transfer_of.size(); ++extent) {
+    if (transfer_of[extent] < 0) continue;
+    NodeTransfer& t = transfers[transfer_of[extent]];
+    MESHPOOL_ASSIGN_OR_RETURN(
+        RegionGuard guard, GuardOf(liveness.shape->extents[extent], *t.node));
+    if (std::none_of(t.guards.begin(), t.guards.end(),
+                     [&](const RegionGuard& g) {
+                       return g.pool_offset == guard.pool_offset;
+                     })) {
+      t.guards.push_back(guard);
+    }
+  }
+  return Named(RunTransfers(kind, transfers, failed));
 }
 
 // One stripe's bytes on one copy, for Verify.
@@ -411,10 +462,14 @@ absl::StatusOr<uint64_t> RegionImpl::Atomic(rdma::Opcode op, uint64_t offset,
   placement::StripeCopy copy = liveness->shape->layout.Copy(stripe, 0);
   const std::shared_ptr<NodeConnection>& node = liveness->live[copy.extent];
   if (!node) return NoLiveCopy(*liveness->shape, stripe);
+  MESHPOOL_ASSIGN_OR_RETURN(
+      RegionGuard guard, GuardOf(liveness->shape->extents[copy.extent], *node));
   // Stripes are multiples of 8 bytes long, so the word never straddles two.
-  return RunAtomic(*node, op,
-                   copy.pool_offset + offset - stripe * stripe_bytes_,
-                   compare_add, swap);
+  absl::StatusOr<uint64_t> old =
+      RunAtomic(*node, op, copy.pool_offset + offset - stripe * stripe_bytes_,
+                compare_add, swap, absl::MakeConstSpan(&guard, 1));
+  if (!old.ok()) return Named(old.status());
+  return old;
 }
 
 absl::Status RegionImpl::NoLiveCopy(const Shape& shape, uint64_t stripe) const {

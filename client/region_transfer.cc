@@ -16,6 +16,61 @@ namespace {
 // The READ that follows a lane's WRITEs reads at most this many of the
 // last bytes written.
 constexpr uint64_t kFlushBytes = 8;
+constexpr uint64_t kGuardBytes = 8;
+
+// Appends a READ of each guard word into dest[i * kGuardBytes].
+void AddGuardReads(NodeConnection& node, absl::Span<const RegionGuard> guards,
+                   char* dest, uint32_t lkey,
+                   std::vector<rdma::WorkRequest>& wrs) {
+  for (size_t i = 0; i < guards.size(); ++i) {
+    rdma::WorkRequest wr;
+    wr.wr_id = wrs.size();
+    wr.opcode = rdma::Opcode::kRead;
+    wr.local = dest + i * kGuardBytes;
+    wr.length = kGuardBytes;
+    wr.lkey = lkey;
+    wr.remote_addr = node.pool_addr() + guards[i].pool_offset;
+    wr.rkey = node.pool_rkey();
+    wrs.push_back(wr);
+  }
+}
+
+// When every guard was last seen holding its id (the oldest of them).
+absl::Time GuardsSeen(const NodeConnection& node,
+                      absl::Span<const RegionGuard> guards) {
+  absl::Time seen = absl::InfiniteFuture();
+  for (const RegionGuard& g : guards) {
+    seen = std::min(seen, node.GuardSeen(g.value));
+  }
+  return seen;
+}
+
+// Checks the guard words read into `read` by requests posted at `posted`.
+// OK (and remembered on `node`) when each holds its id. Otherwise NotFound,
+// or DataLoss for a write whose last proof (`alive`) is a read lease old or
+// more: its bytes may have reached memory the node reused since.
+absl::Status CheckGuards(NodeConnection& node,
+                         absl::Span<const RegionGuard> guards, const char* read,
+                         absl::Time posted, bool wrote, absl::Time alive) {
+  for (size_t i = 0; i < guards.size(); ++i) {
+    uint64_t word = 0;
+    std::memcpy(&word, read + i * kGuardBytes, sizeof(word));
+    if (word == guards[i].value) continue;
+    if (wrote && absl::Now() - alive >= node.read_lease()) {
+      return absl::DataLossError(absl::StrCat(
+          "region memory (allocation ", guards[i].value, ") on ",
+          node.Describe(),
+          " was freed while this write was under way, too long after it was "
+          "last seen alive to be sure the write missed memory reused since"));
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "region memory (allocation ", guards[i].value, ") on ", node.Describe(),
+        " was freed: the region was deleted or replaced since this handle "
+        "was opened; open it again by name"));
+  }
+  for (const RegionGuard& g : guards) node.RecordGuard(g.value, posted);
+  return absl::OkStatus();
+}
 
 // One post's requests and, for a staged READ, where each staged piece goes
 // once the post completed.
@@ -27,6 +82,8 @@ struct Post {
   };
   std::vector<rdma::WorkRequest> wrs;
   std::vector<Copy> copies;
+  const char* guards = nullptr;  // where its guard READs land (none: null)
+  absl::Time posted;
 };
 
 // Moves one lane's segments: cuts them into posts and keeps a bounded
@@ -34,12 +91,14 @@ struct Post {
 class LanePump {
  public:
   LanePump(NodeConnection& node, Lane& lane, TransferKind kind,
-           std::optional<uint32_t> lkey, absl::Span<const Segment> segments)
+           std::optional<uint32_t> lkey, absl::Span<const Segment> segments,
+           absl::Span<const RegionGuard> guards)
       : node_(node),
         lane_(lane),
         kind_(kind),
         lkey_(lkey),
-        segments_(segments) {}
+        segments_(segments),
+        guards_(guards) {}
 
   absl::Status Run();
   // True when the lane failed (its endpoint must be discarded).
@@ -54,6 +113,10 @@ class LanePump {
   // A READ of the last bytes the post writes, on the same lane: once it
   // completes, every WRITE before it is in the node's memory.
   void AddFlush(Post& post, char* flush, uint32_t staging_lkey);
+  // A write posts only while a guard proof is under half a read lease old.
+  bool Fresh() const { return absl::Now() - alive_ < node_.read_lease() / 2; }
+  // Reads the guards in a round trip of their own into `dest`.
+  absl::Status ProveAlive(char* dest, uint32_t staging_lkey);
   absl::Status Wait(size_t count);
   absl::Status Fail(absl::string_view what, const absl::Status& s) {
     broken_ = true;
@@ -67,6 +130,8 @@ class LanePump {
   const TransferKind kind_;
   const std::optional<uint32_t> lkey_;
   const absl::Span<const Segment> segments_;
+  const absl::Span<const RegionGuard> guards_;
+  absl::Time alive_;  // the guards held their ids when this was posted
   std::vector<rdma::Completion> completions_;  // grown to the largest post
   size_t next_ = 0;                            // segment to move next...
   uint64_t next_offset_ = 0;                   // ...from this byte of it on
@@ -78,6 +143,7 @@ absl::Status LanePump::Run() {
   uint64_t total = 0;
   for (const Segment& s : segments_) total += s.length;
   if (total == 0) return absl::OkStatus();
+  const bool writing = kind_ == TransferKind::kWrite;
   // Staged: two halves, each no larger than the whole job (a small job
   // does not grow the lane's staging buffer to the full size). Both are
   // needed even when the job fits one: a post also ends at kMaxBatch
@@ -85,13 +151,20 @@ absl::Status LanePump::Run() {
   const uint64_t post_bytes =
       staged() ? std::min(kRegionStagingBytes / 2, total) : kDirectPostBytes;
   const size_t max_posts = staged() ? 2 : kDirectPostsInFlight;
-  const uint64_t staging_bytes = (staged() ? 2 * post_bytes : 0) + kFlushBytes;
+  // Guard words: one slot per post that may be in flight, and one for a
+  // round trip of their own.
+  const uint64_t guard_slot = guards_.size() * kGuardBytes;
+  const uint64_t staging_bytes = (staged() ? 2 * post_bytes : 0) +
+                                 (max_posts + 1) * guard_slot + kFlushBytes;
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             lane_.Staging(staging_bytes));
+  char* guard_area = staging.data() + (staged() ? 2 * post_bytes : 0);
   char* flush = staging.data() + staging_bytes - kFlushBytes;
   const uint32_t staging_lkey = lane_.staging_lkey();
+  alive_ = GuardsSeen(node_, guards_);
   std::deque<Post> in_flight;
   size_t outstanding = 0;  // requests posted and not yet completed
+  size_t posts = 0;        // posted so far
   int half = 0;            // staging half the next post fills
   std::optional<Post> ready;
   while (true) {
@@ -100,29 +173,65 @@ absl::Status LanePump::Run() {
     if (!ready && !done() && in_flight.size() < max_posts) {
       ready = Build(staged() ? staging.data() + half * post_bytes : nullptr,
                     post_bytes, staging_lkey);
-      if (done() && kind_ == TransferKind::kWrite) {
-        AddFlush(*ready, flush, staging_lkey);
+      if (done() && writing) AddFlush(*ready, flush, staging_lkey);
+      // Reads: after the last post's requests; writes: after each post's.
+      // Its slot is free: fewer than max_posts posts are in flight.
+      if (!guards_.empty() && (writing || done())) {
+        ready->guards = guard_area + (posts % max_posts) * guard_slot;
+        AddGuardReads(node_, guards_, const_cast<char*>(ready->guards),
+                      staging_lkey, ready->wrs);
       }
       if (ready->wrs.empty()) ready.reset();  // only empty segments were left
     }
-    if (ready && in_flight.size() < max_posts &&
-        outstanding + ready->wrs.size() <= rdma::kMaxOutstanding) {
+    const bool can_post =
+        ready && in_flight.size() < max_posts &&
+        outstanding + ready->wrs.size() <= rdma::kMaxOutstanding;
+    // A write waits for a fresh proof: from posts in flight, else its own.
+    const bool stale = can_post && writing && !guards_.empty() && !Fresh();
+    if (stale && in_flight.empty()) {
+      MESHPOOL_RETURN_IF_ERROR(
+          ProveAlive(guard_area + max_posts * guard_slot, staging_lkey));
+    }
+    if (can_post && (!stale || in_flight.empty())) {
+      ready->posted = absl::Now();
       absl::Status posted = lane_.endpoint().Post(ready->wrs);
       if (!posted.ok()) return Fail("post", posted);
       outstanding += ready->wrs.size();
       in_flight.push_back(*std::move(ready));
       ready.reset();
+      ++posts;
       half ^= 1;
       continue;
     }
     if (in_flight.empty()) break;
-    MESHPOOL_RETURN_IF_ERROR(Wait(in_flight.front().wrs.size()));
-    for (const Post::Copy& c : in_flight.front().copies) {
+    const Post& oldest = in_flight.front();
+    MESHPOOL_RETURN_IF_ERROR(Wait(oldest.wrs.size()));
+    for (const Post::Copy& c : oldest.copies) {
       std::memcpy(c.user, c.staged, c.length);
     }
-    outstanding -= in_flight.front().wrs.size();
+    if (oldest.guards != nullptr) {
+      MESHPOOL_RETURN_IF_ERROR(CheckGuards(node_, guards_, oldest.guards,
+                                           oldest.posted, writing, alive_));
+      alive_ = std::max(alive_, oldest.posted);
+    }
+    outstanding -= oldest.wrs.size();
     in_flight.pop_front();
   }
+  return absl::OkStatus();
+}
+
+absl::Status LanePump::ProveAlive(char* dest, uint32_t staging_lkey) {
+  std::vector<rdma::WorkRequest> wrs;
+  AddGuardReads(node_, guards_, dest, staging_lkey, wrs);
+  std::vector<rdma::Completion> done(wrs.size());
+  const absl::Time posted = absl::Now();
+  absl::Status s = rdma::PostAndWait(lane_.endpoint(), wrs,
+                                     absl::MakeSpan(done), node_.op_timeout());
+  if (!s.ok()) return Fail("guard", s);
+  // Nothing was written yet: a freed region is plainly NotFound.
+  MESHPOOL_RETURN_IF_ERROR(
+      CheckGuards(node_, guards_, dest, posted, /*wrote=*/false, posted));
+  alive_ = posted;
   return absl::OkStatus();
 }
 
@@ -131,7 +240,9 @@ Post LanePump::Build(char* stage, uint64_t max_bytes, uint32_t staging_lkey) {
   const rdma::Opcode op =
       kind_ == TransferKind::kRead ? rdma::Opcode::kRead : rdma::Opcode::kWrite;
   uint64_t used = 0;
-  while (!done() && used < max_bytes && post.wrs.size() + 1 < rdma::kMaxBatch) {
+  // Room is left for the flush and the guard READs.
+  const size_t room = rdma::kMaxBatch - 1 - guards_.size();
+  while (!done() && used < max_bytes && post.wrs.size() + 1 < room) {
     const Segment& s = segments_[next_];
     uint64_t n = std::min({s.length - next_offset_, max_bytes - used,
                            uint64_t{rdma::kMaxTransferBytes}});
@@ -215,12 +326,13 @@ struct LaneJob {
   NodeConnection* node = nullptr;
   std::optional<uint32_t> lkey;
   std::vector<Segment> segments;
+  absl::Span<const RegionGuard> guards;  // the NodeTransfer's
 };
 
 absl::Status RunLaneJob(TransferKind kind, const LaneJob& job) {
   MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::LaneLease lane,
                             job.node->AcquireLane());
-  LanePump pump(*job.node, *lane, kind, job.lkey, job.segments);
+  LanePump pump(*job.node, *lane, kind, job.lkey, job.segments, job.guards);
   absl::Status s = pump.Run();
   // A failed endpoint is not reused (requests may still be in flight into
   // its staging buffer): dropping it closes the connection.
@@ -260,6 +372,11 @@ absl::Status RunTransfers(TransferKind kind,
                           std::vector<NodeConnection*>* failed) {
   std::vector<LaneJob> jobs;
   for (const NodeTransfer& t : transfers) {
+    if (t.guards.size() > kMaxRegionGuards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a transfer to ", t.node->Describe(), " names ", t.guards.size(),
+          " region guards; at most ", kMaxRegionGuards, " fit a post"));
+    }
     uint64_t bytes = 0;
     for (const Segment& s : t.segments) bytes += s.length;
     if (bytes == 0) continue;
@@ -267,7 +384,7 @@ absl::Status RunTransfers(TransferKind kind,
         bytes / kMinBytesPerLane, 1, kMaxRegionLanesPerNode));
     for (std::vector<Segment>& share :
          SplitSegments(t.segments, bytes, lanes)) {
-      jobs.push_back({t.node.get(), t.lkey, std::move(share)});
+      jobs.push_back({t.node.get(), t.lkey, std::move(share), t.guards});
     }
   }
   std::vector<absl::Status> results(jobs.size());
@@ -297,11 +414,40 @@ absl::Status RunTransfers(TransferKind kind,
 
 absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
                                    uint64_t pool_offset, uint64_t compare_add,
-                                   uint64_t swap) {
+                                   uint64_t swap,
+                                   absl::Span<const RegionGuard> guards) {
+  if (guards.size() > kMaxRegionGuards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an atomic names ", guards.size(),
+                     " region guards; at most ", kMaxRegionGuards));
+  }
   MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::LaneLease lane, node.AcquireLane());
-  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            lane->Staging(rdma::kAtomicBytes));
-  rdma::WorkRequest wr;
+  MESHPOOL_ASSIGN_OR_RETURN(
+      absl::Span<char> staging,
+      lane->Staging(rdma::kAtomicBytes + guards.size() * kGuardBytes));
+  char* guard_words = staging.data() + rdma::kAtomicBytes;
+  auto run = [&](const std::vector<rdma::WorkRequest>& wrs) -> absl::Status {
+    std::vector<rdma::Completion> done(wrs.size());
+    absl::Status s = rdma::PostAndWait(lane->endpoint(), wrs,
+                                       absl::MakeSpan(done), node.op_timeout());
+    if (s.ok()) return s;
+    lane.Discard();
+    return absl::UnavailableError(absl::StrCat(
+        node.Describe(), " failed mid-operation (", rdma::OpcodeName(op), "): ",
+        s.message(), "; it may have died: retry once the cluster map updates"));
+  };
+  // As a write: proven alive under half a read lease ago before it goes.
+  absl::Time alive = GuardsSeen(node, guards);
+  if (!guards.empty() && absl::Now() - alive >= node.read_lease() / 2) {
+    std::vector<rdma::WorkRequest> check;
+    AddGuardReads(node, guards, guard_words, lane->staging_lkey(), check);
+    alive = absl::Now();
+    MESHPOOL_RETURN_IF_ERROR(run(check));
+    MESHPOOL_RETURN_IF_ERROR(
+        CheckGuards(node, guards, guard_words, alive, /*wrote=*/false, alive));
+  }
+  std::vector<rdma::WorkRequest> wrs(1);
+  rdma::WorkRequest& wr = wrs[0];
   wr.opcode = op;
   wr.local = staging.data();
   wr.length = rdma::kAtomicBytes;
@@ -310,16 +456,11 @@ absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
   wr.rkey = node.pool_rkey();
   wr.compare_add = compare_add;
   wr.swap = swap;
-  rdma::Completion done[1];
-  absl::Status s =
-      rdma::PostAndWait(lane->endpoint(), absl::MakeConstSpan(&wr, 1),
-                        absl::MakeSpan(done), node.op_timeout());
-  if (!s.ok()) {
-    lane.Discard();
-    return absl::UnavailableError(absl::StrCat(
-        node.Describe(), " failed mid-operation (", rdma::OpcodeName(op), "): ",
-        s.message(), "; it may have died: retry once the cluster map updates"));
-  }
+  AddGuardReads(node, guards, guard_words, lane->staging_lkey(), wrs);
+  const absl::Time posted = absl::Now();
+  MESHPOOL_RETURN_IF_ERROR(run(wrs));
+  MESHPOOL_RETURN_IF_ERROR(
+      CheckGuards(node, guards, guard_words, posted, /*wrote=*/true, alive));
   uint64_t old = 0;
   std::memcpy(&old, staging.data(), sizeof(old));
   return old;

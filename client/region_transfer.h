@@ -12,6 +12,20 @@
 // at a time, in two halves so that copying one overlaps the transfer of the
 // other.
 //
+// Region guards: a region's memory on a node is named by its allocation id
+// in each of its slabs' SlabMeta.region word (format/layout.h): set before
+// the region is handed out, cleared for all its slabs before any is freed,
+// and freed memory is reused only after the node's read lease. A transfer
+// with guards reads each guard word after its requests on every lane
+// (reads: after the last post; writes: after every post) and fails NotFound
+// when one no longer holds its id (the region was deleted or replaced):
+// reads then never return reused bytes. Writes and atomics also make sure,
+// before they post, that a guard was seen holding its id less than half a
+// read lease ago (NodeConnection remembers when it last saw one; else one
+// round trip reads them first), so they land in the region or in memory
+// it freed and no one reuses yet, never in another's; a write whose proof
+// is older than the lease when a guard fails is DataLoss.
+//
 // Functions are thread-safe as long as the NodeConnections are; each takes
 // lanes for its duration only.
 #ifndef MESHPOOL_CLIENT_REGION_TRANSFER_H_
@@ -61,6 +75,17 @@ struct Segment {
   uint64_t length = 0;
 };
 
+// The SlabMeta.region word at `pool_offset` must hold `value` (an
+// allocation id, never 0).
+struct RegionGuard {
+  uint64_t pool_offset = 0;
+  uint64_t value = 0;
+};
+// Guards one transfer to one node checks at most (one per extent of the
+// region the node holds): a post keeps room for them and the flush.
+inline constexpr size_t kMaxRegionGuards = 16;
+static_assert(rdma::kMaxBatch >= 2 * (kMaxRegionGuards + 2));
+
 // Everything one operation moves to or from one node.
 struct NodeTransfer {
   std::shared_ptr<NodeConnection> node;
@@ -68,6 +93,8 @@ struct NodeTransfer {
   // Set when every segment's local memory lies in a buffer registered with
   // the node's transport: its lkey (direct transfer, no staging).
   std::optional<uint32_t> lkey;
+  // At most kMaxRegionGuards (more: InvalidArgument); none: unchecked.
+  std::vector<RegionGuard> guards;
 };
 
 // Moves every segment of every transfer, in parallel across nodes and
@@ -76,8 +103,9 @@ struct NodeTransfer {
 // first error: Unavailable when a node failed mid-way (its lane is
 // discarded), ResourceExhausted when staging memory cannot be had. On
 // error, READ destinations hold unspecified bytes and a WRITE may have
-// landed in part. `failed` (optional) receives the nodes whose part failed
-// Unavailable, each once.
+// landed in part. NotFound: a guard no longer holds its id (see above);
+// DataLoss: a write may have landed in memory reused since. `failed`
+// (optional) receives the nodes whose part failed Unavailable, each once.
 absl::Status RunTransfers(TransferKind kind,
                           absl::Span<const NodeTransfer> transfers,
                           std::vector<NodeConnection*>* failed = nullptr);
@@ -88,11 +116,13 @@ std::vector<std::vector<Segment>> SplitSegments(
     absl::Span<const Segment> segments, uint64_t bytes, size_t parts);
 
 // One 8-byte atomic (kCompareSwap or kFetchAdd) on the word at
-// `pool_offset`; returns the word's previous value. Unavailable when the
-// node fails.
+// `pool_offset`, checked by `guards` as a write is; returns the word's
+// previous value. Unavailable when the node fails; NotFound and DataLoss as
+// RunTransfers.
 absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
                                    uint64_t pool_offset, uint64_t compare_add,
-                                   uint64_t swap);
+                                   uint64_t swap,
+                                   absl::Span<const RegionGuard> guards = {});
 
 }  // namespace meshpool::client_internal
 

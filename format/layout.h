@@ -41,7 +41,8 @@ namespace meshpool::format {
 
 inline constexpr uint64_t kSuperblockMagic = 0x4c4f4f504853454dull;  // MESHPOOL
 inline constexpr uint32_t kObjectMagic = 0x4a424f4du;                // MOBJ
-inline constexpr uint32_t kFormatVersion = 2;  // 2: slab table, pin area
+// 2: slab table, pin area; 3: a slab's region word.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr size_t kSuperblockBytes = 4096;
 inline constexpr size_t kSlotBytes = 8;
 inline constexpr size_t kSlotsPerBucket = 8;
@@ -50,7 +51,7 @@ inline constexpr size_t kObjectAlign = 64;
 inline constexpr size_t kObjectHeaderBytes = 64;
 inline constexpr size_t kDigestChunkBytes = 1 << 20;
 inline constexpr size_t kMaxKeyBytes = 4096;
-inline constexpr size_t kSlabMetaBytes = 16;
+inline constexpr size_t kSlabMetaBytes = 24;
 inline constexpr size_t kPinEntryBytes = 16;
 // A pin entry whose expiry is this never expires (a hard pin): it holds
 // until its client unpins it or its session ends (the client closed it or
@@ -69,8 +70,8 @@ static_assert(kOffsetBits + kSizeCodeBits + kFingerprintBits == 64);
 static_assert(kObjectHeaderBytes % 8 == 0 && kObjectAlign % 8 == 0);
 static_assert(kSuperblockBytes % kObjectAlign == 0);
 static_assert(kMaxKeyBytes >= 1024, "the contract promises 1 KiB keys");
-static_assert(kSlabMetaBytes == 2 * 8 && kPinEntryBytes == 2 * 8,
-              "two 8-byte words each, written and read as whole words");
+static_assert(kSlabMetaBytes == 3 * 8 && kPinEntryBytes == 2 * 8,
+              "8-byte words, written and read as whole words");
 static_assert(kMinPinsPerSession <= kMaxPinsPerSession);
 
 // Largest pool a slot can address.
@@ -104,6 +105,13 @@ struct SlabMeta {
   // Set (nonzero) by clients when they read an object in the slab; the
   // evictor gives a touched slab a second chance and clears the word.
   uint64_t touched;
+  // The id of the region holding the slab, 0 when none does. The node sets
+  // it once the region's slabs are cleared, before AllocateRegion answers,
+  // and clears it for every slab of the region before FreeRegion frees any,
+  // so a region handle that reads its id here after its own requests knows
+  // they touched the region's memory, not memory reused since (region ids
+  // are never reused).
+  uint64_t region;
 };
 static_assert(sizeof(SlabMeta) == kSlabMetaBytes);
 

@@ -289,6 +289,11 @@ class NodeServiceImpl final : public proto::Node::Service {
       return absl::InvalidArgumentError(
           "AllocateRegion asks for 0 stripes; ask for 1 or more");
     }
+    if (request.region_id() == 0) {
+      return absl::InvalidArgumentError(
+          "AllocateRegion names region 0, which marks a slab no region "
+          "holds; name the region by its coordinator-assigned id");
+    }
     const uint64_t per_slab = slab_bytes / stripe;
     return request.stripes() / per_slab + (request.stripes() % per_slab != 0);
   }

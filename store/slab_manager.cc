@@ -12,6 +12,9 @@
 namespace meshpool::store {
 namespace {
 
+// 8-byte words per SlabMeta entry.
+constexpr size_t kMetaWords = format::kSlabMetaBytes / 8;
+
 absl::Status CheckLease(absl::string_view what, absl::Duration d) {
   if (d <= absl::ZeroDuration() || d > format::kMaxLease) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,12 +76,17 @@ absl::Time SlabManager::Now() const { return options_.env->Now(); }
 
 std::atomic_ref<uint64_t> SlabManager::EvictingWord(uint64_t slab) const {
   static_assert(offsetof(format::SlabMeta, evicting) == 0);
-  return std::atomic_ref<uint64_t>(meta_[2 * slab]);
+  return std::atomic_ref<uint64_t>(meta_[kMetaWords * slab]);
 }
 
 std::atomic_ref<uint64_t> SlabManager::TouchedWord(uint64_t slab) const {
   static_assert(offsetof(format::SlabMeta, touched) == 8);
-  return std::atomic_ref<uint64_t>(meta_[2 * slab + 1]);
+  return std::atomic_ref<uint64_t>(meta_[kMetaWords * slab + 1]);
+}
+
+std::atomic_ref<uint64_t> SlabManager::RegionWord(uint64_t slab) const {
+  static_assert(offsetof(format::SlabMeta, region) == 16);
+  return std::atomic_ref<uint64_t>(meta_[kMetaWords * slab + 2]);
 }
 
 absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
@@ -227,6 +235,10 @@ absl::Status SlabManager::ZeroRegion(uint64_t region_id,
                      " was freed while its memory was being "
                      "cleared; create the region again"));
   }
+  // Published last: a reader that finds the id here reads cleared memory.
+  for (uint64_t id : taken) {
+    RegionWord(id).store(region_id, std::memory_order_release);
+  }
   it->second.zeroing = false;
   return absl::OkStatus();
 }
@@ -240,6 +252,11 @@ uint64_t SlabManager::FreeRegion(uint64_t region_id) {
   if (it->second.zeroing) {
     it->second.freed = true;  // AllocateRegion seals them when done
     return held;
+  }
+  // Every slab's word first: a handle that still reads its id on any of
+  // them knows none of them has been freed yet.
+  for (uint64_t id : it->second.slabs) {
+    RegionWord(id).store(0, std::memory_order_release);
   }
   for (uint64_t id : it->second.slabs) SealLocked(slabs_[id], /*kv=*/false);
   regions_.erase(it);

@@ -168,14 +168,17 @@ class SlabManager {
   // zero-fills those that may have been written since the pool was mapped
   // (no client knows their address yet; the lock is not held meanwhile;
   // never-written slabs are zero already) and returns their slab numbers in
-  // order. Errors: InvalidArgument (slabs == 0), FailedPrecondition (the region
-  // already has slabs here), ResourceExhausted (fewer FREE slabs; the message
-  // says how many are), Aborted (FreeRegion of this id came while zeroing: the
-  // slabs are sealed again).
+  // order; each slab's SlabMeta.region word holds `region_id` once it
+  // returns. Errors: InvalidArgument (slabs == 0), FailedPrecondition (the
+  // region already has slabs here), ResourceExhausted (fewer FREE slabs; the
+  // message says how many are), Aborted (FreeRegion of this id came while
+  // zeroing: the slabs are sealed again). REQUIRES: region_id != 0 and never
+  // used before (the coordinator's ids are not reused).
   absl::StatusOr<std::vector<uint64_t>> AllocateRegion(uint64_t region_id,
                                                        uint64_t slabs);
 
-  // Seals the region's slabs: reclamation frees them after the grace. While
+  // Seals the region's slabs: reclamation frees them after the grace. Their
+  // SlabMeta.region words are all cleared before the first is sealed. While
   // AllocateRegion is still zeroing them, they are sealed when it is done.
   // Returns how many slabs the region held; 0 for a region unknown here.
   uint64_t FreeRegion(uint64_t region_id);
@@ -267,13 +270,14 @@ class SlabManager {
   // The slab's SlabMeta words in the pool.
   std::atomic_ref<uint64_t> EvictingWord(uint64_t slab) const;
   std::atomic_ref<uint64_t> TouchedWord(uint64_t slab) const;
+  std::atomic_ref<uint64_t> RegionWord(uint64_t slab) const;
   // Counts index references per slab; returns the occupied slot count.
   uint64_t ScanIndex(std::vector<uint32_t>& refs) const;
 
   const SlabManagerOptions options_;
   char* const pool_;
   uint64_t* const index_;  // bucket_count * kSlotsPerBucket words
-  uint64_t* const meta_;   // slab_count SlabMeta, as 2 words each
+  uint64_t* const meta_;   // slab_count SlabMeta, as kMetaWords words each
 
   absl::Mutex reclaim_mu_;  // serialises Reclaim passes; taken before mu_
   mutable absl::Mutex mu_;

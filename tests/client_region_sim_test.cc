@@ -230,6 +230,72 @@ TEST_F(RegionSimTest, TinyStripesTakeSeveralPostsPerLane) {
   }
 }
 
+TEST_F(RegionSimTest, AHandleOfADeletedRegionFailsNotFoundAndWritesNothing) {
+  const uint64_t size = 2 * kSlabBytes;
+  auto old = Create(*a_, "stale", size);
+  ASSERT_NE(old, nullptr);
+  ASSERT_TRUE(old->Write(0, RandomBytes(size)).ok());
+  ASSERT_TRUE(DeleteRegion(*a_, "stale").ok());
+  // Replaced under the same name (on other slabs: the old ones wait out
+  // their grace, sealed, with their region words cleared).
+  auto fresh = Create(*a_, "stale", size);
+  ASSERT_NE(fresh, nullptr);
+  const std::string data = RandomBytes(size);
+  ASSERT_TRUE(fresh->Write(0, data).ok());
+
+  std::string out(size, 'x');
+  absl::Status read = old->Read(0, absl::MakeSpan(out));
+  EXPECT_EQ(read.code(), absl::StatusCode::kNotFound) << read;
+  EXPECT_NE(read.message().find("'stale'"), std::string::npos) << read;
+  EXPECT_EQ(old->Write(0, RandomBytes(size)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(old->FetchAdd(0, 1).status().code(), absl::StatusCode::kNotFound);
+  // The new region is untouched, and a handle opened now reads it.
+  ASSERT_TRUE(fresh->Read(0, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(out == data);
+  auto reopened = OpenRegion(*b_, "stale");
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_TRUE((*reopened)->Read(0, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(out == data);
+}
+
+TEST_F(RegionSimTest, AHandleNeverReadsOrWritesItsRegionsMemoryOnceReused) {
+  // Most of the cluster's slabs, so that the next region of this size must
+  // take some of this one's once the nodes reclaim them.
+  absl::StatusOr<ClusterStatus> status = a_->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  uint64_t slabs = 0;
+  for (const NodeStatus& n : status->nodes) slabs += n.slabs_total;
+  const uint64_t size = slabs * 7 / 10 * kSlabBytes;
+  auto old = Create(*a_, "reused", size);
+  ASSERT_NE(old, nullptr);
+  ASSERT_TRUE(old->Write(0, std::string(size, 'o')).ok());
+  ASSERT_TRUE(DeleteRegion(*a_, "reused").ok());
+  absl::StatusOr<std::unique_ptr<Region>> fresh;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    RegionOptions options;
+    options.stripe_bytes = kStripeBytes;
+    fresh = CreateRegion(*a_, "reused", size, options);
+    if (fresh.ok() || !absl::IsResourceExhausted(fresh.status())) break;
+    absl::SleepFor(absl::Milliseconds(100));  // the nodes reclaim meanwhile
+  } while (absl::Now() < deadline);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const std::string data = RandomBytes(size);
+  ASSERT_TRUE((*fresh)->Write(0, data).ok());
+
+  std::string out(size, 'x');
+  // Its memory now holds the new region's bytes: the read must not succeed.
+  EXPECT_EQ(old->Read(0, absl::MakeSpan(out)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(old->Write(0, std::string(size, 'w')).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(old->CompareAndSwap(0, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*fresh)->Read(0, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(out == data) << "the stale handle wrote into the new region";
+}
+
 TEST_F(RegionSimTest, AccessPastTheEndIsOutOfRange) {
   auto region = Create(*a_, "bounds", 100000);
   ASSERT_NE(region, nullptr);

@@ -1,4 +1,6 @@
 // store/slab_manager: the slab lifecycle and reclamation, on a fake clock.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -274,6 +276,31 @@ TEST_F(SlabTest, RegionSlabsAreZeroFilledAndNeverGranted) {
   EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(g.status().message().find("2 held by regions"), std::string::npos)
       << g.status();
+}
+
+TEST_F(SlabTest, RegionWordsNameTheRegionFromAllocationUntilItIsFreed) {
+  auto region_word = [&](uint64_t slab) {
+    return memory_[(layout_.slab_meta(slab) +
+                    offsetof(format::SlabMeta, region)) /
+                   8];
+  };
+  absl::StatusOr<std::vector<uint64_t>> taken = slabs_->AllocateRegion(7, 2);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  for (uint64_t slab = 0; slab < kSlabs; ++slab) {
+    const bool held =
+        std::find(taken->begin(), taken->end(), slab) != taken->end();
+    EXPECT_EQ(region_word(slab), held ? 7u : 0u) << "slab " << slab;
+  }
+  EXPECT_EQ(slabs_->FreeRegion(7), 2u);
+  for (uint64_t slab : *taken) EXPECT_EQ(region_word(slab), 0u) << slab;
+  // A region freed while its slabs are cleared never names them.
+  absl::StatusOr<std::vector<uint64_t>> reserved =
+      SlabManagerTestPeer::ReserveRegion(*slabs_, 9, 1);
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  EXPECT_EQ(slabs_->FreeRegion(9), 1u);
+  EXPECT_EQ(SlabManagerTestPeer::ZeroRegion(*slabs_, 9, *reserved).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(region_word((*reserved)[0]), 0u);
 }
 
 TEST_F(SlabTest, RegionSlabsOutliveLeasesAndReclamation) {
