@@ -45,7 +45,9 @@ trap cleanup EXIT
 "$meshpool" certs init "$work/certs" --nodes 3 > /dev/null
 
 # start_cluster NAME [ARGS...]: starts `meshpool up` on a free port and
-# prints the coordinator's address once the cluster is up.
+# sets address[NAME] to the coordinator's once the cluster is up. (Not in a
+# subshell: `pids` must learn the process, or cleanup would leave it.)
+declare -A address
 start_cluster() {
   local name="$1"; shift
   local log="$work/$name.log"
@@ -54,7 +56,7 @@ start_cluster() {
   pids+=($!)
   for _ in $(seq 300); do
     if grep -q "cluster up" "$log"; then
-      sed -n 's/.*cluster up: coordinator \([^,]*\),.*/\1/p' "$log"
+      address[$name]="$(sed -n 's/.*cluster up: coordinator \([^,]*\),.*/\1/p' "$log")"
       return 0
     fi
     sleep 0.1
@@ -64,8 +66,10 @@ start_cluster() {
   return 1
 }
 
-plain="$(start_cluster plain)"
-tls="$(start_cluster tls --tls-dir "$work/certs")"
+start_cluster plain
+start_cluster tls --tls-dir "$work/certs"
+plain="${address[plain]}"
+tls="${address[tls]}"
 echo "plain cluster: $plain   tls cluster: $tls" >&2
 
 # client NAME ARGS...: a meshpool client command against cluster NAME.
