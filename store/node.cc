@@ -376,6 +376,9 @@ absl::StatusOr<std::string> NodeImpl::ServeShm(
     shm.atomics_address = std::string(transport_address);
   }
   shm.allowed_uids = options_.shm_allowed_uids;
+  // Users named besides the node's own must be able to reach the socket
+  // file; the peer check, not the file's mode, then decides.
+  if (!shm.allowed_uids.empty()) shm.socket_mode = 0666;
   MESHPOOL_ASSIGN_OR_RETURN(shm_transport_,
                             rdma::CreateShmTransport(std::move(shm)));
   MESHPOOL_ASSIGN_OR_RETURN(

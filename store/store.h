@@ -89,8 +89,11 @@ struct NodeOptions {
   // atomics still go through the node's transport on verbs.
   bool shm = true;
   std::string shm_socket;
-  // Whose processes the shm socket hands the pool to, by user id
-  // (rdma::ShmOptions::allowed_uids; empty: this process's user and root).
+  // Whose processes the shm socket hands the pool to, by user id, exactly
+  // (rdma::ShmOptions::allowed_uids; empty: this process's user and root,
+  // with the socket file 0600; named: the file is 0666 and only the peer
+  // check decides, so name the node's own user too if its clients should
+  // keep using shared memory; the others fall back to the network).
   std::vector<uint32_t> shm_allowed_uids;
   // Serve Prometheus metrics and a health check over HTTP on this
   // "host:port" (metrics/metrics.h; port 0 picks one), published in

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -379,6 +380,37 @@ TEST_F(NodeTest, HandshakeOverTcpSaysWhetherATokenIsNeeded) {
   EXPECT_EQ(
       FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake").code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NodeTest, NamedShmUsersGetAReachableSocketAndOthersARefusal) {
+  // The default: the socket file is this user's alone.
+  absl::StatusOr<std::unique_ptr<Node>> plain =
+      StartNode(BaseOptions(coordinator_->address()));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto mode_of = [](const Node& node) -> uint32_t {
+    auto a = rdma::ParseShmAddress(node.info().transport_addresses(1));
+    EXPECT_TRUE(a.ok()) << a.status();
+    struct stat st {};
+    EXPECT_EQ(::stat(a->path.c_str(), &st), 0) << a->path;
+    return st.st_mode & 0777;
+  };
+  EXPECT_EQ(mode_of(**plain), 0600u);
+  // Named users: everyone reaches the file, the peer check decides.
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.shm_allowed_uids = {static_cast<uint32_t>(::geteuid()) + 4242};
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(mode_of(**node), 0666u);
+  auto client = rdma::CreateShmTransport({});
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)
+                ->Connect((*node)->info().transport_addresses(1), nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE((*client)
+                  ->Connect((*plain)->info().transport_addresses(1), nullptr)
+                  .ok());
 }
 
 TEST_F(NodeTest, RegistersAgainWhenCoordinatorForgetsIt) {

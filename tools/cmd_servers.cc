@@ -273,8 +273,11 @@ int RunNode(int argc, char** argv) {
   flags.Define("shm-socket", "",
                "unix socket for same-host clients (default: under /tmp)");
   flags.Define("shm-allow-uid", "",
-               "user ids (comma-separated) whose processes may map the pool "
-               "over the shm socket (default: the node's user and root)");
+               "exactly the user ids (comma-separated) whose processes may "
+               "map the pool over the shm socket; name the node's own user "
+               "too (default: the node's user and root; others use the "
+               "network address; with --shm-socket, pick a directory they "
+               "can reach)");
   flags.Define("metrics-listen", "",
                "serve Prometheus metrics (/metrics) and a health check "
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
