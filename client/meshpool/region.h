@@ -103,16 +103,23 @@ struct RegionDescription {
 //                        (copies would diverge): use replicas = 1.
 //   DataLoss           - every node holding some stripe's copies died: the
 //                        bytes are gone; delete and recreate the region.
+//                        Also a Write or atomic whose region was deleted
+//                        while it was stalled longer than the nodes' read
+//                        lease: it may have reached memory reused since.
 //   Unavailable        - a node failed mid-operation: retry.
 //   NotFound           - (Open/Delete/Rename) no region of that name; also
-//                        from operations on a Region deleted meanwhile when
-//                        the client notices (it may not: see below).
+//                        from Read, Write and atomics on a Region deleted or
+//                        replaced since it was opened: open it again by name.
 //
-// Lifetime: a Region handle stays usable while its Client lives. Deleting a
-// region (from any client) while others still read it is the caller's
-// race: their reads may return bytes of whatever reuses the memory after a
-// grace period. Publish new contents under a new name and RenameRegion
-// instead of rewriting a region others read.
+// Lifetime: a Region handle stays usable while its Client lives. Once its
+// region is deleted (from any client), or replaced under its name, the
+// handle's Read, Write and atomics fail NotFound: they never return or
+// overwrite bytes of whatever reuses the memory (a READ of each node's
+// region word follows its requests; see docs/ARCHITECTURE.md, "Deleted and
+// replaced regions"). A Read that fails so leaves `out` unspecified. Verify
+// is not checked so: on a deleted region it reports a mismatch. Publish
+// new contents under a new name and RenameRegion instead of rewriting a
+// region others read.
 //
 // Thread-safety: a Region is thread-safe; calls proceed in parallel.
 class Region {
