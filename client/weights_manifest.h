@@ -75,9 +75,11 @@ struct ModelSuperblock {
 };
 // kModelSuperblockEncodedBytes bytes.
 std::string EncodeSuperblock(const ModelSuperblock& superblock);
-// DataLoss (naming `region`) when the bytes are not a superblock of this
-// format, or name a manifest outside [kModelSuperblockBytes, region_size)
-// or over kMaxManifestBytes.
+// DataLoss (naming `region`) when the bytes are not an intact superblock,
+// or name a manifest outside [kModelSuperblockBytes, region_size) or over
+// kMaxManifestBytes. FailedPrecondition when an intact superblock carries
+// another format version than kModelFormatVersion (upgrade the client or
+// reload the model).
 absl::StatusOr<ModelSuperblock> DecodeSuperblock(absl::string_view bytes,
                                                  uint64_t region_size,
                                                  absl::string_view region);

@@ -2,6 +2,8 @@
 // memory nodes in this process, with the data path on the simulated
 // fabric: safetensors files written by the tests are loaded, listed, read
 // whole and by rows, replaced, removed, and rejected when malformed.
+#include <xxhash.h>
+
 #include <atomic>
 #include <cstring>
 #include <iostream>
@@ -10,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/weights_manifest.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
@@ -448,6 +451,38 @@ TEST_F(WeightsTest, BadModelNamesAreInvalidArgument) {
   }
   EXPECT_EQ(LoadSafetensors(*client_, "ok", {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The superblock's failures: damage is DataLoss; an intact superblock of
+// another format version is FailedPrecondition that says what to do (a
+// libFuzzer run found the second case, which this contract now states).
+TEST(ModelSuperblockTest,
+     AnotherFormatVersionIsFailedPreconditionDamageIsDataLoss) {
+  using client_internal::DecodeSuperblock;
+  using client_internal::EncodeSuperblock;
+  using client_internal::ModelSuperblock;
+  constexpr uint64_t kRegion = uint64_t{1} << 20;
+  ModelSuperblock sb;
+  sb.manifest_offset = kRegion - 100;
+  sb.manifest_length = 100;
+  sb.manifest_digest = 42;
+  const std::string good = EncodeSuperblock(sb);
+  ASSERT_TRUE(DecodeSuperblock(good, kRegion, "weights/m").ok());
+
+  std::string newer = good;
+  const uint64_t version = client_internal::kModelFormatVersion + 1;
+  std::memcpy(newer.data() + 8, &version, 8);
+  const uint64_t sum = XXH3_64bits(newer.data(), 40);
+  std::memcpy(newer.data() + 40, &sum, 8);
+  absl::Status s = DecodeSuperblock(newer, kRegion, "weights/m").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "upgrade the client")) << s;
+
+  std::string damaged = good;
+  damaged[20] ^= 1;  // manifest offset, checksum left as it was
+  s = DecodeSuperblock(damaged, kRegion, "weights/m").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "weights/m")) << s;
 }
 
 }  // namespace

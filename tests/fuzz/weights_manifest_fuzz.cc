@@ -5,8 +5,9 @@
 // first kModelSuperblockEncodedBytes), and then built to name the input's
 // manifest, at the region's end, with its true digest, so the manifest
 // checks run on every input.
-// Checks: failures are DataLoss; an accepted superblock encodes back to the
-// same bytes; every tensor of an accepted manifest lies inside the region.
+// Checks: failures are DataLoss (FailedPrecondition only for an intact
+// superblock of another format version); an accepted superblock encodes back to
+// the same bytes; every tensor of an accepted manifest lies inside the region.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -16,6 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "client/weights_manifest.h"
 #include "tests/fuzz/fuzz_check.h"
+
+namespace {
+uint64_t LoadLe64(absl::string_view bytes, size_t at) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) {
+    v = (v << 8) | static_cast<uint8_t>(bytes[at + static_cast<size_t>(i)]);
+  }
+  return v;
+}
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace meshpool::client_internal;
@@ -35,7 +46,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           EncodeSuperblock(*sb).substr(0, kModelSuperblockEncodedBytes) == raw,
           "superblock round trip");
     } else {
-      MESHPOOL_FUZZ_CHECK(absl::IsDataLoss(sb.status()),
+      // An intact superblock of another format version is the one
+      // FailedPrecondition; everything else is DataLoss.
+      const bool intact = LoadLe64(raw, 40) == XXH3_64bits(raw.data(), 40);
+      const uint64_t version = LoadLe64(raw, 8);
+      MESHPOOL_FUZZ_CHECK(absl::IsDataLoss(sb.status()) ||
+                              (absl::IsFailedPrecondition(sb.status()) &&
+                               intact && version != kModelFormatVersion),
                           sb.status().ToString());
     }
   }
