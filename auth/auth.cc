@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -95,8 +97,33 @@ Role ParseRole(absl::string_view name) {
   return Role::kNone;
 }
 
+absl::Status ValidateTenantName(absl::string_view tenant) {
+  if (tenant.empty() || tenant.size() > kMaxTenantNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant name '", absl::CHexEscape(tenant), "' is ",
+                     tenant.size(), " bytes; use 1 to ", kMaxTenantNameBytes));
+  }
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(tenant[0]))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant name '", absl::CHexEscape(tenant),
+                     "' must start with a letter or digit"));
+  }
+  for (char c : tenant) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenant name '", absl::CHexEscape(tenant), "' has '",
+                       absl::CHexEscape(absl::string_view(&c, 1)),
+                       "'; use letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string Identity::ToString() const {
   if (role == Role::kNone) return name.empty() ? "anyone (no TLS)" : name;
+  if (!tenant.empty())
+    return absl::StrCat(RoleName(role), ":", name, "@", tenant);
   return absl::StrCat(RoleName(role), ":", name);
 }
 
@@ -162,6 +189,21 @@ Identity PeerIdentity(const grpc::ServerContext& context) {
   }
   id.role = ParseRole(cn.substr(0, colon));
   id.name = std::string(id.role == Role::kNone ? cn : cn.substr(colon + 1));
+  const size_t at = id.name.rfind('@');
+  if (at == std::string::npos) return id;
+  // A tenant: only clients and admins have one, and it must be a valid
+  // name; anything else makes the certificate name no role at all.
+  const std::string tenant = id.name.substr(at + 1);
+  if ((id.role != Role::kClient && id.role != Role::kAdmin) ||
+      !ValidateTenantName(tenant).ok()) {
+    id.role = Role::kNone;
+    id.name = absl::StrCat("'", cn,
+                           "' (a tenant only clients and admins "
+                           "have, of letters, digits, '.', '_' and '-')");
+    return id;
+  }
+  id.name.resize(at);
+  id.tenant = tenant;
   return id;
 }
 

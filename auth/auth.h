@@ -5,9 +5,11 @@
 //    them). An empty TlsConfig means no TLS: every call is allowed, so a
 //    server without TLS listens on loopback only unless told --insecure
 //    (CheckListen, like Redis's protected mode).
-//  * Identity: a peer's role and name, read from the common name
-//    "ROLE:NAME" of the certificate it presented (servers require one and
-//    verify it against the CA).
+//  * Identity: a peer's role, name and tenant, read from the common name
+//    "ROLE:NAME" or "ROLE:NAME@TENANT" of the certificate it presented
+//    (servers require one and verify it against the CA). Only clients and
+//    admins have tenants; a tenant's regions are its own namespace, under
+//    its own quotas (coordinator/tenants.h).
 //  * ServerCredentials and ChannelSecurity: servers' and channels'
 //    credentials. Channels check that the server's
 //    certificate names kServerName, whatever address they dial, so one
@@ -62,10 +64,17 @@ inline constexpr std::initializer_list<Role> kAnyRole = {
 inline constexpr std::initializer_list<Role> kDataUsers = {
     Role::kClient, Role::kAdmin, Role::kCoordinator};
 
+// Tenant names: 1 to kMaxTenantNameBytes of [A-Za-z0-9._-], starting with
+// a letter or digit.
+inline constexpr size_t kMaxTenantNameBytes = 64;
+// InvalidArgument saying which character or length is wrong.
+absl::Status ValidateTenantName(absl::string_view tenant);
+
 struct Identity {
   Role role = Role::kNone;
-  std::string name;
-  // "node:node-1", or "anyone (no TLS)" for kNone.
+  std::string name;    // without the tenant
+  std::string tenant;  // "" for none (and for every node or coordinator)
+  // "node:node-1", "client:alice@team-a", or "anyone (no TLS)" for kNone.
   std::string ToString() const;
 };
 

@@ -332,7 +332,7 @@ absl::Status RegionImpl::TransferWith(const Liveness& liveness,
           std::find_if(transfers.begin(), transfers.end(),
                        [&](const NodeTransfer& t) { return t.node == node; });
       transfer_of[extent] = static_cast<int>(same - transfers.begin());
-      if (same == transfers.end()) transfers.push_back({node, {}, {}});
+      if (same == transfers.end()) transfers.push_back({node, {}, {}, {}});
     }
     return transfers[transfer_of[extent]];
   };
@@ -507,7 +507,7 @@ absl::StatusOr<std::unique_ptr<Region>> MakeRegion(
 absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
     std::shared_ptr<ClientCore> core, absl::string_view name, uint64_t size,
     const RegionOptions& options) {
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateAddressedRegionName(name));
   if (size == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("region '", name, "' needs a size above 0 bytes"));
@@ -535,21 +535,21 @@ absl::StatusOr<std::unique_ptr<Region>> CreateRegion(
 
 absl::StatusOr<std::unique_ptr<Region>> OpenRegion(
     std::shared_ptr<ClientCore> core, absl::string_view name) {
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateAddressedRegionName(name));
   MESHPOOL_ASSIGN_OR_RETURN(proto::RegionInfo info,
                             core->coordinator().GetRegion(name));
   return MakeRegion(std::move(core), info);
 }
 
 absl::Status DeleteRegion(ClientCore& core, absl::string_view name) {
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateAddressedRegionName(name));
   return core.coordinator().DeleteRegion(name);
 }
 
 absl::Status RenameRegion(ClientCore& core, absl::string_view from,
                           absl::string_view to, bool replace) {
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(from));
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(to));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateAddressedRegionName(from));
+  MESHPOOL_RETURN_IF_ERROR(placement::ValidateAddressedRegionName(to));
   return core.coordinator().RenameRegion(from, to, replace);
 }
 

@@ -178,7 +178,7 @@ absl::Status Transfer(ClientCore& core, TransferKind kind,
         std::find_if(transfers.begin(), transfers.end(),
                      [&](const NodeTransfer& t) { return t.node == node; });
     if (it == transfers.end())
-      it = transfers.insert(transfers.end(), {node, {}, {}});
+      it = transfers.insert(transfers.end(), {node, {}, {}, {}});
     it->segments.push_back({staging.data() + at,
                             read ? p.source_offset : p.target_offset,
                             p.length});

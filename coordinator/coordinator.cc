@@ -157,8 +157,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   }
   // The region table shares the state Membership owns (and outlives it).
   CoordinatorState* const state = options.state.get();
-  auto regions =
-      std::make_unique<RegionTable>(state, options.region_nodes.get(), options.env);
+  auto regions = std::make_unique<RegionTable>(
+      state, options.region_nodes.get(), options.env, options.region_quotas);
   MESHPOOL_ASSIGN_OR_RETURN(
       std::unique_ptr<Membership> membership,
       Membership::Create(std::move(options.state), options.dead_after,

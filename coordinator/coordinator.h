@@ -38,6 +38,7 @@
 #include "coordinator/membership.h"
 #include "coordinator/region_repair.h"
 #include "coordinator/region_table.h"
+#include "coordinator/tenants.h"
 #include "metrics/metrics.h"
 #include "placement/coordinator_client.h"
 #include "proto/meshpool.pb.h"
@@ -62,6 +63,8 @@ struct CoordinatorOptions {
   // What one node may claim and how often one caller may register
   // (coordinator/membership.h).
   RegistrationLimits registration;
+  // Each tenant's cap on regions and region bytes (coordinator/tenants.h).
+  RegionQuotas region_quotas;
   // Clock (heartbeats, deaths, region stamps) and log sink; not owned,
   // must outlive the coordinator. Null: Env::Default().
   Env* env = nullptr;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "auth/auth.h"
 #include "common/common.h"
+#include "coordinator/tenants.h"
 #include "placement/coordinator_client.h"
 
 namespace meshpool::coordinator {
@@ -179,10 +180,16 @@ grpc::Status CoordinatorService::CreateRegion(grpc::ServerContext* context,
   }
   if (membership_ == nullptr) return Redirect(context);
   const auth::Identity peer = auth::PeerIdentity(*context);
-  absl::StatusOr<proto::RegionInfo> info = regions_->Create(
-      *request, peer.role == Role::kNone ? "" : peer.ToString());
+  const RegionScope scope(peer);
+  proto::CreateRegionRequest scoped = *request;
+  absl::StatusOr<std::string> name = scope.Stored(request->name());
+  if (!name.ok()) return ToGrpc(name.status());
+  scoped.set_name(*std::move(name));
+  absl::StatusOr<proto::RegionInfo> info =
+      regions_->Create(scoped, peer.role == Role::kNone ? "" : peer.ToString());
   if (!info.ok()) return ToGrpc(info.status());
   *reply = *std::move(info);
+  reply->set_name(std::string(scope.Shown(reply->name())));
   return grpc::Status::OK;
 }
 
@@ -192,9 +199,13 @@ grpc::Status CoordinatorService::GetRegion(grpc::ServerContext* context,
   if (grpc::Status s = auth::Allow(*context, "read regions", kUsers); !s.ok())
     return s;
   if (membership_ == nullptr) return Redirect(context);
-  absl::StatusOr<proto::RegionInfo> info = regions_->Get(request->name());
+  const RegionScope scope(auth::PeerIdentity(*context));
+  absl::StatusOr<std::string> name = scope.Stored(request->name());
+  if (!name.ok()) return ToGrpc(name.status());
+  absl::StatusOr<proto::RegionInfo> info = regions_->Get(*name);
   if (!info.ok()) return ToGrpc(info.status());
   *reply = *std::move(info);
+  reply->set_name(std::string(scope.Shown(reply->name())));
   return grpc::Status::OK;
 }
 
@@ -207,7 +218,10 @@ grpc::Status CoordinatorService::DeleteRegion(grpc::ServerContext* context,
     return s;
   }
   if (membership_ == nullptr) return Redirect(context);
-  return ToGrpc(regions_->Delete(request->name(), OnlyOwner(*context)));
+  const RegionScope scope(auth::PeerIdentity(*context));
+  absl::StatusOr<std::string> name = scope.Stored(request->name());
+  if (!name.ok()) return ToGrpc(name.status());
+  return ToGrpc(regions_->Delete(*name, OnlyOwner(*context)));
 }
 
 grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
@@ -219,8 +233,13 @@ grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
     return s;
   }
   if (membership_ == nullptr) return Redirect(context);
-  return ToGrpc(regions_->Rename(request->from(), request->to(),
-                                 request->replace(), OnlyOwner(*context)));
+  const RegionScope scope(auth::PeerIdentity(*context));
+  absl::StatusOr<std::string> from = scope.Stored(request->from());
+  if (!from.ok()) return ToGrpc(from.status());
+  absl::StatusOr<std::string> to = scope.Stored(request->to());
+  if (!to.ok()) return ToGrpc(to.status());
+  return ToGrpc(
+      regions_->Rename(*from, *to, request->replace(), OnlyOwner(*context)));
 }
 
 grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
@@ -229,9 +248,15 @@ grpc::Status CoordinatorService::ListRegions(grpc::ServerContext* context,
   if (grpc::Status s = auth::Allow(*context, "list regions", kUsers); !s.ok())
     return s;
   if (membership_ == nullptr) return Redirect(context);
-  absl::StatusOr<std::vector<proto::RegionInfo>> regions = regions_->List(request->prefix());
+  const RegionScope scope(auth::PeerIdentity(*context));
+  absl::StatusOr<std::vector<proto::RegionInfo>> regions =
+      regions_->List(scope.StoredPrefix(request->prefix()));
   if (!regions.ok()) return ToGrpc(regions.status());
-  for (proto::RegionInfo& info : *regions) *reply->add_regions() = std::move(info);
+  for (proto::RegionInfo& info : *regions) {
+    if (!scope.Sees(info.name())) continue;
+    info.set_name(std::string(scope.Shown(info.name())));
+    *reply->add_regions() = std::move(info);
+  }
   return grpc::Status::OK;
 }
 

@@ -47,8 +47,12 @@ std::string EncodeExtents(const std::vector<uint16_t>& per_stripe,
 
 }  // namespace
 
-RegionTable::RegionTable(CoordinatorState* state, RegionNodes* nodes, Env* env)
-    : state_(state), nodes_(nodes), env_(EnvOrDefault(env)) {}
+RegionTable::RegionTable(CoordinatorState* state, RegionNodes* nodes, Env* env,
+                         RegionQuotas quotas)
+    : state_(state),
+      nodes_(nodes),
+      env_(EnvOrDefault(env)),
+      quotas_(std::move(quotas)) {}
 
 void RegionTable::Log(absl::string_view message) const {
   env_->Log("coordinator", message);
@@ -57,7 +61,7 @@ void RegionTable::Log(absl::string_view message) const {
 absl::StatusOr<proto::RegionInfo> RegionTable::Create(
     const proto::CreateRegionRequest& request, absl::string_view owner) {
   const std::string& name = request.name();
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(name));
+  MESHPOOL_RETURN_IF_ERROR(ValidateStoredRegionName(name));
   if (request.size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("region '", name, "' has size 0; give it at least one byte"));
@@ -81,7 +85,9 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Create(
                                                    "; pick another name or delete it first"));
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
-    creating_.emplace(name, 0);
+    const uint64_t bytes = SaturatingMul(request.size(), replicas);
+    MESHPOOL_RETURN_IF_ERROR(CheckQuotaLocked(name, bytes));
+    creating_.emplace(name, Creating{0, bytes});
   }
   size_t live = 0;
   absl::StatusOr<proto::RegionInfo> info;
@@ -212,7 +218,7 @@ absl::StatusOr<proto::RegionInfo> RegionTable::Place(
   info.set_region_id(region_id);
   {
     absl::MutexLock lock(&mu_);
-    creating_[name] = region_id;  // Reconcile leaves its memory alone
+    creating_[name].region_id = region_id;  // Reconcile leaves it alone
   }
   std::vector<int> all(nodes.size());
   for (size_t e = 0; e < all.size(); ++e) all[e] = static_cast<int>(e);
@@ -358,6 +364,47 @@ absl::Status RegionTable::CheckOwnerLocked(absl::string_view name,
       "; only its owner or an admin certificate may delete or rename it"));
 }
 
+absl::Status RegionTable::CheckQuotaLocked(absl::string_view name,
+                                           uint64_t bytes) const {
+  const absl::string_view tenant = TenantOfRegion(name);
+  const RegionQuota& quota = quotas_.For(tenant);
+  if (quota.regions == kUnlimited && quota.bytes == kUnlimited) {
+    return absl::OkStatus();
+  }
+  uint64_t regions = 0;
+  uint64_t used = 0;
+  auto charge = [&](absl::string_view region, uint64_t region_bytes) {
+    if (TenantOfRegion(region) != tenant) return;
+    ++regions;
+    used = region_bytes > kUnlimited - used ? kUnlimited : used + region_bytes;
+  };
+  MESHPOOL_ASSIGN_OR_RETURN(
+      std::vector<proto::RegionInfo> recorded,
+      state_->ListRegions(tenant.empty() ? "" : ScopedRegionName(tenant, "")));
+  for (const proto::RegionInfo& r : recorded) {
+    charge(r.name(), SaturatingMul(r.size(), std::max(r.replicas(), 1u)));
+  }
+  for (const auto& [creating, c] : creating_) charge(creating, c.bytes);
+  const std::string who = tenant.empty()
+                              ? std::string("callers without a tenant hold")
+                              : absl::StrCat("tenant '", tenant, "' holds");
+  if (quota.regions != kUnlimited && regions + 1 > quota.regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create region '", UnscopedRegionName(name), "': ", who, " ",
+        regions, " region(s), the quota's limit of ", quota.regions,
+        "; delete one, or have the operator raise --region-quota"));
+  }
+  if (quota.bytes != kUnlimited &&
+      (bytes > quota.bytes - std::min(used, quota.bytes))) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create region '", UnscopedRegionName(name), "' (",
+        FormatSize(bytes), " with its replicas): ", who, " ", FormatSize(used),
+        " of the quota's ", FormatSize(quota.bytes),
+        "; delete regions, or have the operator raise --region-quota"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RegionTable::Delete(absl::string_view name,
                                  absl::string_view only_owner) {
   absl::StatusOr<proto::RegionInfo> removed;
@@ -373,7 +420,7 @@ absl::Status RegionTable::Delete(absl::string_view name,
 
 absl::Status RegionTable::Rename(absl::string_view from, absl::string_view to,
                                  bool replace, absl::string_view only_owner) {
-  MESHPOOL_RETURN_IF_ERROR(placement::ValidateRegionName(to));
+  MESHPOOL_RETURN_IF_ERROR(ValidateStoredRegionName(to));
   absl::StatusOr<std::optional<proto::RegionInfo>> replaced;
   {
     absl::MutexLock lock(&mu_);
@@ -415,7 +462,8 @@ size_t RegionTable::Reconcile() {
       for (const proto::RegionExtent& extent : r.extents())
         keep.insert(AllocationId(r, extent));
     }
-    for (const auto& [name, id] : creating_) keep.insert(id);
+    for (const auto& [name, creating] : creating_)
+      keep.insert(creating.region_id);
     keep.insert(repairing_.begin(), repairing_.end());
     const absl::Time now = env_->Now();
     for (auto it = freed_.begin(); it != freed_.end();) {

@@ -6,9 +6,14 @@
 // (as proto::RegionInfo) and asks the nodes for memory through RegionNodes.
 //
 // Rules:
-//  * Names pass ValidateRegionName; a name is taken from the moment a
-//    CreateRegion for it starts (a second create, or a rename onto it, gets
-//    AlreadyExists meanwhile).
+//  * Names are stored names (coordinator/tenants.h: NAME, or a tenant's
+//    "~TENANT/NAME"); a name is taken from the moment a CreateRegion for it
+//    starts (a second create, or a rename onto it, gets AlreadyExists
+//    meanwhile).
+//  * A create that would take its tenant past its RegionQuota (regions,
+//    or bytes as size * replicas, counting creates in progress) fails
+//    ResourceExhausted before anything is allocated. Renames and repairs
+//    are not charged.
 //  * Create places stripes over the NODE_ALIVE nodes that answer a fresh
 //    GetStats, in proportion to their free slabs (PlaceStripes), allocates
 //    on every chosen node, and records the region only when every
@@ -48,6 +53,7 @@
 #include "auth/auth.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/tenants.h"
 #include "placement/region_layout.h"
 #include "proto/meshpool.pb.h"
 
@@ -110,9 +116,10 @@ class RegionTable {
   // `state` and `nodes` are not owned and must outlive the table; the table
   // reads the cluster map from `state`. `env` (null: Env::Default(); not
   // owned, must outlive the table) stamps created_unix_ms and receives
-  // what Delete cannot report (memory that could not be freed).
-  RegionTable(CoordinatorState* state, RegionNodes* nodes,
-              Env* env = nullptr);
+  // what Delete cannot report (memory that could not be freed). Creates
+  // are held to `quotas`.
+  RegionTable(CoordinatorState* state, RegionNodes* nodes, Env* env = nullptr,
+              RegionQuotas quotas = {});
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
 
@@ -126,7 +133,9 @@ class RegionTable {
   //   AlreadyExists      - the name is taken (or being created);
   //   FailedPrecondition - fewer live nodes with free memory than replicas;
   //   ResourceExhausted  - the nodes' free memory cannot hold it (the
-  //                        message says how much is free);
+  //                        message says how much is free), or the
+  //                        region's tenant would exceed its quota (the
+  //                        message says which limit and the usage);
   //   Unavailable        - no live node answered, or a node failed while
   //                        allocating (nothing is left allocated; retry).
   // `owner` is recorded in the region (RegionInfo.owner).
@@ -224,15 +233,25 @@ class RegionTable {
   absl::Status CheckOwnerLocked(absl::string_view name,
                                 absl::string_view only_owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when one more region of `bytes` (size * replicas)
+  // named `name` takes its tenant past its quota; counts recorded regions
+  // and creates in progress.
+  absl::Status CheckQuotaLocked(absl::string_view name, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(absl::string_view message) const;
 
   CoordinatorState* const state_;
   RegionNodes* const nodes_;
   Env* const env_;
+  const RegionQuotas quotas_;
   // Serialises each read-decide-write sequence on the region table.
   mutable absl::Mutex mu_;
-  // Creates in progress: name -> region id (0 until one is assigned).
-  std::map<std::string, uint64_t, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
+  // Creates in progress, by name.
+  struct Creating {
+    uint64_t region_id = 0;  // 0 until one is assigned
+    uint64_t bytes = 0;      // size * replicas, charged to its tenant
+  };
+  std::map<std::string, Creating, std::less<>> creating_ ABSL_GUARDED_BY(mu_);
   // Allocation ids repairs in progress are allocating under.
   std::set<uint64_t> repairing_ ABSL_GUARDED_BY(mu_);
   // Allocation ids FreeMemory freed on their node, with when (pruned after

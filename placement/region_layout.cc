@@ -53,6 +53,20 @@ absl::Status ValidateRegionName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateAddressedRegionName(absl::string_view name) {
+  if (name.empty() || name[0] != kTenantScopeMark) {
+    return ValidateRegionName(name);
+  }
+  const size_t slash = name.find('/');
+  if (slash == absl::string_view::npos || slash == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region name '", absl::CHexEscape(name),
+        "' starts with '~' but names no tenant; a tenant's region is "
+        "addressed as \"~TENANT/NAME\" (by an admin without a tenant)"));
+  }
+  return ValidateRegionName(name.substr(slash + 1));
+}
+
 absl::StatusOr<RegionLayout> RegionLayout::Create(const proto::RegionInfo& info) {
   if (info.size() == 0) return BadInfo(info, "size is 0");
   if (info.stripe_bytes() == 0 || info.stripe_bytes() % kStripeAlign != 0) {

@@ -50,6 +50,12 @@ static_assert(kMaxRegionInfoBytes < (uint64_t{1} << 31),
 // (letters, digits and any of "._-/:@+=#"); InvalidArgument saying which
 // character or length is wrong otherwise.
 absl::Status ValidateRegionName(absl::string_view name);
+// A tenant's region as an admin without a tenant addresses it:
+// "~TENANT/NAME" (coordinator/tenants.h); '~' is no name character.
+inline constexpr char kTenantScopeMark = '~';
+// ValidateRegionName, or for "~TENANT/NAME" that of NAME and that TENANT is
+// not empty (the coordinator checks the tenant, and who may address it).
+absl::Status ValidateAddressedRegionName(absl::string_view name);
 
 // Where one copy of one stripe lives.
 struct StripeCopy {

@@ -53,7 +53,23 @@ TEST(RoleTest, NamesRoundTrip) {
     EXPECT_EQ(ParseRole(RoleName(r)), r);
   }
   EXPECT_EQ(ParseRole("root"), Role::kNone);
-  EXPECT_EQ((Identity{Role::kNode, "node-1"}).ToString(), "node:node-1");
+  EXPECT_EQ((Identity{Role::kNode, "node-1", ""}).ToString(), "node:node-1");
+  EXPECT_EQ((Identity{Role::kClient, "alice", "team-a"}).ToString(),
+            "client:alice@team-a");
+}
+
+TEST(TenantNameTest, LettersDigitsDotUnderscoreDashStartingAlphanumeric) {
+  for (std::string ok : {std::string("team-a"), std::string("T.1"),
+                         std::string("9_x"), std::string(64, 'a')}) {
+    EXPECT_TRUE(ValidateTenantName(ok).ok()) << ok;
+  }
+  for (std::string bad :
+       {std::string(""), std::string("-a"), std::string("a/b"),
+        std::string("a@b"), std::string("a b"), std::string(65, 'a')}) {
+    absl::Status s = ValidateTenantName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(s.message(), "tenant name")) << s;
+  }
 }
 
 }  // namespace

@@ -191,6 +191,57 @@ TEST_F(RegionTableTest, NameIsReservedWhileCreateIsInFlight) {
   EXPECT_TRUE(table_.Get("other").ok());
 }
 
+// A tenant at its quota is refused; other tenants and callers without a
+// tenant create on, and a delete gives the quota back.
+TEST_F(RegionTableTest, OneTenantsQuotaExhaustionLeavesOthersCreating) {
+  absl::StatusOr<RegionQuotas> quotas =
+      RegionQuotas::Parse("team-a=2:-,team-b=-:8MiB");
+  ASSERT_TRUE(quotas.ok()) << quotas.status();
+  RegionTable table(state_.get(), &nodes_, &env_, *quotas);
+  ASSERT_TRUE(table.Create(Request("~team-a/r1", kMiB)).ok());
+  ASSERT_TRUE(table.Create(Request("~team-a/r2", kMiB)).ok());
+  absl::Status s = table.Create(Request("~team-a/r3", kMiB)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("tenant 'team-a' holds 2 region(s)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'r3'"));
+  const uint64_t held = HeldEverywhere();
+
+  // Bytes count every replica: 6 MiB, then 2 x 2 MiB is over 8 MiB, and
+  // 2 x 1 MiB fills it exactly.
+  ASSERT_TRUE(table.Create(Request("~team-b/big", 6 * kMiB)).ok());
+  s = table.Create(Request("~team-b/pair", 2 * kMiB, kMiB, 2)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("of the quota's 8MiB"));
+  ASSERT_TRUE(table.Create(Request("~team-b/pair", kMiB, kMiB, 2)).ok());
+
+  // Others are untouched: a third tenant, and callers without a tenant.
+  EXPECT_TRUE(table.Create(Request("~team-c/r1", kMiB)).ok());
+  EXPECT_TRUE(table.Create(Request("r1", kMiB)).ok());
+  EXPECT_GT(HeldEverywhere(), held);
+
+  ASSERT_TRUE(table.Delete("~team-a/r1").ok());
+  EXPECT_TRUE(table.Create(Request("~team-a/r3", kMiB)).ok());
+}
+
+TEST_F(RegionTableTest, CreatesInProgressCountAgainstTheQuota) {
+  absl::StatusOr<RegionQuotas> quotas = RegionQuotas::Parse("*=1:-");
+  ASSERT_TRUE(quotas.ok()) << quotas.status();
+  RegionTable table(state_.get(), &nodes_, &env_, *quotas);
+  nodes_.Stall();
+  absl::StatusOr<proto::RegionInfo> first;
+  std::thread creator([&] { first = table.Create(Request("~t/one", kMiB)); });
+  nodes_.AwaitStalledCall();
+  EXPECT_EQ(table.Create(Request("~t/two", kMiB)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  nodes_.Release();
+  creator.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(table.Create(Request("~t/two", kMiB)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(table.Create(Request("~u/two", kMiB)).ok());
+}
+
 TEST_F(RegionTableTest, PartialFailureFreesWhatWasAllocated) {
   nodes_.With("n2", [](FakeNodes::Node& n) {
     n.allocate_error = absl::ResourceExhaustedError("n2 filled up meanwhile");

@@ -18,7 +18,7 @@ add_dependencies(integration_test meshpool)
 # id bound to its certificate, region owners, protected mode.
 meshpool_test(integration_auth_test
   SOURCES integration_auth_test.cc
-  LIBS meshpool_tools meshpool_client meshpool_coordinator_client
+  LIBS meshpool_tools meshpool_weights meshpool_client meshpool_coordinator_client
   LABELS integration
   DEFINES MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
 add_dependencies(integration_auth_test meshpool)

@@ -20,11 +20,13 @@
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
+#include "meshpool/weights.h"
 #include "placement/coordinator_client.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp_wire.h"
 #include "tests/raw_socket.h"
+#include "tests/safetensors_writer.h"
 #include "tests/shell_util.h"
 #include "tools/local_cluster.h"
 #include "tools/tls.h"
@@ -48,6 +50,8 @@ class TlsClusterTest : public ::testing::Test {
     certs_ = TempDir("certs");
     std::vector<tools::CertIdentity> ids = tools::DefaultIdentities(2);
     ids.push_back({auth::Role::kClient, "bob"});
+    ids.push_back({auth::Role::kClient, "alice", "team-a"});
+    ids.push_back({auth::Role::kClient, "carol", "team-b"});
     absl::Status made = tools::CertsInit(certs_, ids);
     ASSERT_TRUE(made.ok()) << made;
     tools::LocalClusterOptions options;
@@ -56,6 +60,8 @@ class TlsClusterTest : public ::testing::Test {
     options.capacity_bytes = 32 << 20;
     options.node_args = {"--transport", "tcp", "--no-shm"};
     options.tls_dir = certs_;
+    // Only tenant team-a has a quota (TenantsShareNoNames...).
+    options.coordinator_args = {"--region-quota", "team-a=1:-"};
     auto cluster = tools::LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -271,6 +277,99 @@ TEST_F(TlsClusterTest, OnlyARegionsOwnerOrAnAdminMayDeleteOrRenameIt) {
             absl::StatusCode::kNotFound);
 }
 
+// Tenants: the same name is three regions (two tenants and the callers
+// without one), none sees the others', and team-a at its quota of one
+// region leaves team-b creating. An admin without a tenant sees them all
+// under their stored names and frees team-a's quota.
+TEST_F(TlsClusterTest,
+       TenantsShareNoNamesAndOneTenantsQuotaLeavesOthersCreating) {
+  auto alice = ConnectAs("alice");
+  auto carol = ConnectAs("carol");
+  auto plain = ConnectAs("client");
+  auto admin = ConnectAs("admin");
+  ASSERT_TRUE(alice.ok() && carol.ok() && plain.ok() && admin.ok());
+  std::vector<std::unique_ptr<Region>> regions;
+  for (auto* c : {&*alice, &*carol, &*plain}) {
+    auto r = CreateRegion(**c, "model", 1 << 20);
+    ASSERT_TRUE(r.ok()) << r.status();
+    regions.push_back(*std::move(r));
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const std::string mark(64, static_cast<char>('a' + i));
+    ASSERT_TRUE(regions[i]->Write(0, mark).ok());
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    std::string got(64, '\0');
+    ASSERT_TRUE(regions[i]->Read(0, absl::MakeSpan(got)).ok());
+    EXPECT_EQ(got, std::string(64, static_cast<char>('a' + i))) << i;
+  }
+
+  absl::Status s = CreateRegion(**alice, "second", 1 << 20).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "tenant 'team-a'")) << s;
+  EXPECT_TRUE(CreateRegion(**carol, "second", 1 << 20).ok());
+  EXPECT_TRUE(CreateRegion(**plain, "second", 1 << 20).ok());
+
+  auto names = [](Client& c) {
+    std::vector<std::string> out;
+    auto listed = ListRegions(c, "");
+    EXPECT_TRUE(listed.ok()) << listed.status();
+    if (listed.ok()) {
+      for (const RegionDescription& d : *listed) out.push_back(d.name);
+    }
+    return out;
+  };
+  EXPECT_EQ(names(**alice), std::vector<std::string>({"model"}));
+  EXPECT_EQ(names(**carol), std::vector<std::string>({"model", "second"}));
+  EXPECT_EQ(names(**plain), std::vector<std::string>({"model", "second"}));
+  EXPECT_EQ(names(**admin),
+            std::vector<std::string>({"model", "second", "~team-a/model",
+                                      "~team-b/model", "~team-b/second"}));
+  // No caller but an admin without a tenant can name another's region.
+  EXPECT_EQ(DeleteRegion(**carol, "~team-a/model").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenRegion(**plain, "~team-a/model").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(DeleteRegion(**admin, "~team-a/model").ok());
+  EXPECT_EQ(OpenRegion(**alice, "model").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(CreateRegion(**alice, "second", 1 << 20).ok());
+  EXPECT_TRUE(OpenRegion(**carol, "model").ok());
+}
+
+// Models are regions: two tenants load a model of the same name, and each
+// reads back its own tensors (the load's staging region and rename stay
+// inside the tenant too).
+TEST_F(TlsClusterTest, TenantsLoadModelsOfTheSameNameApart) {
+  auto alice = ConnectAs("alice");
+  auto carol = ConnectAs("carol");
+  ASSERT_TRUE(alice.ok() && carol.ok());
+  client_internal::SafetensorsTensor t;
+  t.name = "w";
+  t.dtype = client_internal::DType::kU8;
+  t.shape = {100000};
+  for (auto [client, seed] : {std::pair{&*alice, 1}, std::pair{&*carol, 2}}) {
+    const std::string path =
+        absl::StrCat(certs_, "/model-", seed, ".safetensors");
+    auto written = testing::WriteSafetensorsFile(path, {t}, seed);
+    ASSERT_TRUE(written.ok()) << written.status();
+    auto loaded = LoadSafetensors(**client, "llama", {path});
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+  }
+  for (auto [client, seed] : {std::pair{&*alice, 1}, std::pair{&*carol, 2}}) {
+    auto store = WeightStore::Open(**client, "llama");
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::string got(100000, '\0');
+    auto n = (*store)->ReadTensor("w", absl::MakeSpan(got));
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_TRUE(got == testing::TensorBytes(seed, "w", 0, 100000)) << seed;
+    auto models = ListModels(**client);
+    ASSERT_TRUE(models.ok()) << models.status();
+    ASSERT_EQ(models->size(), 1u);
+    EXPECT_EQ((*models)[0].name, "llama");
+  }
+}
+
 TEST(ProtectedModeTest, ServersRefuseNonLoopbackAddressesWithoutTls) {
   testing::ShellResult coordinator = testing::Shell(
       absl::StrCat(MESHPOOL_BINARY, " coordinator --listen 0.0.0.0:0"));
@@ -313,6 +412,17 @@ TEST(CertsTest, InitRefusesADirectoryThatHoldsACaAndAddIssuesMore) {
   testing::ShellResult subject = testing::Shell(
       absl::StrCat("openssl x509 -noout -subject -in ", dir, "/node-7.pem"));
   EXPECT_TRUE(absl::StrContains(subject.output, "node:node-7"))
+      << subject.output;
+  // Tenants: only on clients and admins, and only valid names.
+  EXPECT_EQ(tools::CertsAdd(dir, {auth::Role::kNode, "n9", "team-a"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tools::CertsAdd(dir, {auth::Role::kClient, "x", "a b"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      tools::CertsAdd(dir, {auth::Role::kClient, "alice", "team-a"}).ok());
+  subject = testing::Shell(
+      absl::StrCat("openssl x509 -noout -subject -in ", dir, "/alice.pem"));
+  EXPECT_TRUE(absl::StrContains(subject.output, "client:alice@team-a"))
       << subject.output;
   testing::Shell(absl::StrCat("rm -rf ", dir));
 }

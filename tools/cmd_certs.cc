@@ -14,14 +14,19 @@ namespace meshpool::tools {
 
 int RunCerts(int argc, char** argv) {
   Flags flags(
-      "meshpool certs init DIR [--nodes N] | meshpool certs add DIR ROLE NAME",
+      "meshpool certs init DIR [--nodes N] | meshpool certs add DIR ROLE NAME "
+      "[--tenant TENANT]",
       "Makes the TLS certificates a cluster's control plane runs on. `init` "
       "creates DIR with a new CA (ca.pem, ca.key: keep ca.key private) and "
       "certificates for the coordinator, node-1..node-N, client and admin; "
       "`add` issues one more from DIR's CA (ROLE: coordinator, node, client "
-      "or admin). Then give every process --tls-dir DIR (nodes use the "
+      "or admin; --tenant makes a client or admin act for that tenant: its "
+      "regions are the tenant's own, under the tenant's quotas). Then give "
+      "every process --tls-dir DIR (nodes use the "
       "certificate named as their --node-id) or set MESHPOOL_TLS_DIR.");
   flags.Define("nodes", "8", "init: node certificates to issue (node-1..)");
+  flags.Define("tenant", "",
+               "add: the tenant a client or admin certificate acts for");
   if (int rc = ParseFlags(flags, argc, argv, "certs"); rc >= 0) return rc;
   const auto& args = flags.positional();
   if (args.size() == 2 && args[0] == "init") {
@@ -42,10 +47,12 @@ int RunCerts(int argc, char** argv) {
   }
   if (args.size() == 4 && args[0] == "add") {
     const auth::Role role = auth::ParseRole(args[2]);
-    absl::Status s = CertsAdd(args[1], {role, args[3]});
+    const std::string tenant = flags.Get("tenant");
+    absl::Status s = CertsAdd(args[1], {role, args[3], tenant});
     if (!s.ok()) return Fail("certs", s);
-    std::printf("issued %s/%s.pem for %s:%s\n", args[1].c_str(),
-                args[3].c_str(), args[2].c_str(), args[3].c_str());
+    std::printf("issued %s/%s.pem for %s:%s%s%s\n", args[1].c_str(),
+                args[3].c_str(), args[2].c_str(), args[3].c_str(),
+                tenant.empty() ? "" : "@", tenant.c_str());
     return 0;
   }
   return Fail("certs", absl::InvalidArgumentError(

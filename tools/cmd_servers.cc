@@ -62,6 +62,10 @@ int RunCoordinator(int argc, char** argv) {
                std::to_string(coordinator::kDefaultRegistrationsPerMinute),
                "node registrations one caller (certificate, or host "
                "without TLS) may make a minute; 0: no limit");
+  flags.Define("region-quota", "",
+               "per-tenant caps on regions: TENANT=REGIONS:BYTES,... (e.g. "
+               "team-a=16:64GiB,*=4:8GiB; - for no limit; TENANT * is "
+               "everyone without an entry, - the callers without a tenant)");
   flags.Define("state-dir", "",
                "keep the state (regions, model names, node incarnations and "
                "fences) in this directory, so a restart or crash loses no "
@@ -167,6 +171,9 @@ int RunCoordinator(int argc, char** argv) {
   options.registration.max_node_bytes = *max_node_bytes;
   options.registration.registrations_per_minute =
       static_cast<int>(*registrations);
+  auto quotas = coordinator::RegionQuotas::Parse(flags.Get("region-quota"));
+  if (!quotas.ok()) return Fail("coordinator", quotas.status());
+  options.region_quotas = *std::move(quotas);
   auto reconcile = flags.GetDuration("reconcile-every");
   if (!reconcile.ok()) return Fail("coordinator", reconcile.status());
   if (!options.state_dir.empty()) options.reconcile_every = *reconcile;

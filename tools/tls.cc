@@ -40,6 +40,17 @@ absl::Status CheckName(absl::string_view name) {
                    " letters, digits, '.', '_' or '-'"));
 }
 
+absl::Status CheckIdentity(const CertIdentity& id) {
+  MESHPOOL_RETURN_IF_ERROR(CheckName(id.name));
+  if (id.tenant.empty()) return absl::OkStatus();
+  if (id.role != auth::Role::kClient && id.role != auth::Role::kAdmin) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "certificate '", id.name, "' is for a ", auth::RoleName(id.role),
+        ", which has no tenant; only clients and admins act for one"));
+  }
+  return auth::ValidateTenantName(id.tenant);
+}
+
 // Runs `openssl args...`; its output goes into the error when it fails.
 absl::Status Openssl(const std::vector<std::string>& args) {
   // Everything the child needs is made before fork: it only dups and execs.
@@ -85,7 +96,7 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 
 // Signs a certificate for `id` with the CA in `dir`.
 absl::Status Issue(const std::string& dir, const CertIdentity& id) {
-  MESHPOOL_RETURN_IF_ERROR(CheckName(id.name));
+  MESHPOOL_RETURN_IF_ERROR(CheckIdentity(id));
   if (id.role == auth::Role::kNone) {
     return absl::InvalidArgumentError(
         absl::StrCat("certificate '", id.name,
@@ -105,7 +116,8 @@ absl::Status Issue(const std::string& dir, const CertIdentity& id) {
   absl::Status s =
       Openssl({"req", "-new", "-newkey", "ec", "-pkeyopt", kCurve, "-nodes",
                "-keyout", stem + ".key", "-out", stem + ".csr", "-subj",
-               absl::StrCat("/CN=", auth::RoleName(id.role), ":", id.name)});
+               absl::StrCat("/CN=", auth::RoleName(id.role), ":", id.name,
+                            id.tenant.empty() ? "" : "@", id.tenant)});
   if (s.ok()) {
     s = Openssl({"x509", "-req", "-in", stem + ".csr", "-CA", dir + "/ca.pem",
                  "-CAkey", dir + "/ca.key", "-CAcreateserial", "-out",
@@ -173,7 +185,7 @@ std::vector<CertIdentity> DefaultIdentities(int nodes) {
 absl::Status CertsInit(const std::string& dir,
                        const std::vector<CertIdentity>& identities) {
   for (const CertIdentity& id : identities) {
-    MESHPOOL_RETURN_IF_ERROR(CheckName(id.name));
+    MESHPOOL_RETURN_IF_ERROR(CheckIdentity(id));
   }
   if (Exists(dir + "/ca.key")) {
     return absl::AlreadyExistsError(absl::StrCat(

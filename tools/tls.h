@@ -3,13 +3,15 @@
 // authority `meshpool certs` makes with OpenSSL's command line tool.
 //
 // A certificate directory holds ca.pem and ca.key (the CA), and per
-// identity NAME.pem and NAME.key, whose common name is "ROLE:NAME"
-// (auth/auth.h): "coordinator", "node-1"..., "client", "admin" by default.
-// Thread-compatible: plain functions, run from one command's thread.
+// identity NAME.pem and NAME.key, whose common name is "ROLE:NAME" or
+// "ROLE:NAME@TENANT" (auth/auth.h): "coordinator", "node-1"..., "client",
+// "admin" by default. Thread-compatible: plain functions, run from one
+// command's thread.
 #ifndef MESHPOOL_TOOLS_TLS_H_
 #define MESHPOOL_TOOLS_TLS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,13 +34,19 @@ absl::StatusOr<auth::TlsConfig> TlsFromFlags(const Flags& flags,
 
 // One identity to issue a certificate for.
 struct CertIdentity {
+  CertIdentity(auth::Role role, std::string name, std::string tenant = "")
+      : role(role), name(std::move(name)), tenant(std::move(tenant)) {}
   auth::Role role;
   std::string name;  // [A-Za-z0-9._-], at most 64 characters; the file stem
+  // Clients and admins only: the tenant they act for (common name
+  // "ROLE:NAME@TENANT"); empty for none.
+  std::string tenant;
 };
 
 // Creates `dir` (mode 0700) with a new CA and a certificate per identity.
 // AlreadyExists when `dir` already holds a CA (add to it instead);
-// InvalidArgument for a bad name; FailedPrecondition when the openssl tool
+// InvalidArgument for a bad name or tenant, or a tenant on a node or
+// coordinator; FailedPrecondition when the openssl tool
 // is missing; Internal (with its output) when it fails.
 absl::Status CertsInit(const std::string& dir,
                        const std::vector<CertIdentity>& identities);
