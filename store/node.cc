@@ -317,6 +317,7 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   pin_options.incarnation = incarnation_;
   pin_options.lease = options_.session_lease;
   pin_options.env = options_.env;
+  pin_options.max_sessions_per_tenant = options_.max_sessions_per_tenant;
   MESHPOOL_ASSIGN_OR_RETURN(
       pins_, PinTables::Create(std::move(pin_options), pool_.data()));
   MESHPOOL_ASSIGN_OR_RETURN(

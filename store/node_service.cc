@@ -23,6 +23,14 @@ constexpr std::initializer_list<Role> kAnyone = auth::kAnyRole;
 constexpr std::initializer_list<Role> kUsers = auth::kDataUsers;
 constexpr std::initializer_list<Role> kCoordinatorOnly = {Role::kCoordinator};
 
+// Whom a session counts against (PinTables::Open's tenant): the caller's
+// tenant; a caller without one by its certificate; without TLS "" for all.
+std::string SessionTenant(const grpc::ServerContext& context) {
+  const auth::Identity peer = auth::PeerIdentity(context);
+  if (!peer.tenant.empty()) return peer.tenant;
+  return peer.role == Role::kNone ? "" : peer.ToString();
+}
+
 }  // namespace
 
 class NodeServiceImpl final : public proto::Node::Service {
@@ -130,7 +138,7 @@ class NodeServiceImpl final : public proto::Node::Service {
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
     absl::StatusOr<SessionGrant> grant =
-        deps_.sessions->Open(request->client_id());
+        deps_.sessions->Open(request->client_id(), SessionTenant(*context));
     if (!grant.ok()) return ToGrpc(grant.status());
     reply->set_session(grant->session);
     reply->set_token(grant->token);

@@ -34,7 +34,10 @@
 //
 // Sessions (store/pin_tables.h): OpenSession names the incarnation
 // (FailedPrecondition otherwise) and answers ResourceExhausted when every
-// pin table is taken; RenewSession / CloseSession answer NotFound for a
+// pin table is taken, or the caller's tenant holds its cap of them
+// (NodeOptions::max_sessions_per_tenant; the tenant is the one the
+// caller's certificate names, else the certificate itself, else without
+// TLS one shared key); RenewSession / CloseSession answer NotFound for a
 // session that expired, closed or has another token. A server without pin
 // tables answers them Unimplemented.
 //

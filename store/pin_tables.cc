@@ -70,12 +70,29 @@ uint64_t PinTables::NowMs() const {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(Now())));
 }
 
-absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id) {
+absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id,
+                                             absl::string_view tenant) {
   if (client_id.empty()) {
     return absl::InvalidArgumentError("OpenSession needs a client_id");
   }
   absl::Time now = Now();
   absl::MutexLock lock(&mu_);
+  if (const uint32_t cap = options_.max_sessions_per_tenant; cap > 0) {
+    uint32_t held = 0;
+    // A session whose lease passed is over, expired yet or not.
+    for (const Session& s : sessions_) {
+      held += s.open && s.lease_end > now && s.tenant == tenant;
+    }
+    if (held >= cap) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          tenant.empty() ? std::string("callers without a tenant")
+                         : absl::StrCat("'", tenant, "'"),
+          " hold ", held, " of this node's ", sessions_.size(),
+          " pin tables, the most one tenant may (--tenant-sessions); close "
+          "idle clients of it, or wait one session lease for dead ones to "
+          "expire"));
+    }
+  }
   if (free_.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "all ", sessions_.size(),
@@ -98,6 +115,7 @@ absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id) {
   s.token = 0;
   while (s.token == 0) s.token = absl::Uniform<uint64_t>(rng_);
   s.client_id = std::string(client_id);
+  s.tenant = std::string(tenant);
   s.lease_end = now + options_.lease;
   s.stats.Clear();
   SessionGrant grant;

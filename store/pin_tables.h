@@ -61,6 +61,9 @@ struct PinTablesOptions {
   uint64_t incarnation = 0;  // objects counted as pinned must name it
   absl::Duration lease = kDefaultSessionLease;
   Env* env = nullptr;  // clock (not owned; outlives this); null: Env::Default()
+  // At most this many open sessions per tenant key (Open's `tenant`); 0:
+  // no cap. Keeps one tenant from taking every pin table.
+  uint32_t max_sessions_per_tenant = 0;
 };
 
 // What OpenSession answers.
@@ -82,10 +85,14 @@ class PinTables {
   static absl::StatusOr<std::unique_ptr<PinTables>> Create(
       PinTablesOptions options, char* pool);
 
-  // Opens a session for `client_id` on the least recently freed table.
+  // Opens a session for `client_id` on the least recently freed table,
+  // charged to `tenant` (a key the caller's identity gives, see
+  // store/node_service.h; "" for callers the node cannot tell apart).
   // Errors: InvalidArgument (empty client_id), ResourceExhausted (every
-  // table is taken; the message says by how many clients).
-  absl::StatusOr<SessionGrant> Open(absl::string_view client_id);
+  // table is taken, the message says by how many clients; or `tenant`
+  // holds max_sessions_per_tenant sessions already, the message says so).
+  absl::StatusOr<SessionGrant> Open(absl::string_view client_id,
+                                    absl::string_view tenant = "");
 
   // Extends the lease by a full lease from now and replaces the session's
   // reported counters. Returns the node clock (unix ms). NotFound when the
@@ -129,6 +136,7 @@ class PinTables {
     bool open = false;
     uint64_t token = 0;
     std::string client_id;
+    std::string tenant;
     absl::Time lease_end;
     absl::Time freed_at = absl::InfinitePast();
     proto::KvClientStats stats;

@@ -81,6 +81,11 @@ struct NodeOptions {
   // Pin tables and entries per table; 0 -> ComputeLayout's defaults.
   uint32_t pin_sessions = 0;
   uint32_t pins_per_session = 0;
+  // At most this many sessions (pin tables) per tenant at once; 0: no cap.
+  // A tenant is the one a caller's certificate names; callers without one
+  // count per certificate, and without TLS all callers count as one
+  // (store/node_service.h).
+  uint32_t max_sessions_per_tenant = 0;
   // Same-host clients: with a tcp or verbs transport, the pool is a memfd
   // (store/pool.h) served over shared memory too, on a unix socket at
   // shm_socket ("": /tmp/meshpool-<pid>-<n>.sock), advertised as the

@@ -19,6 +19,7 @@
 #include "auth/auth.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
+#include "meshpool/kv_cache.h"
 #include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "placement/coordinator_client.h"
@@ -368,6 +369,40 @@ TEST_F(TlsClusterTest, TenantsLoadModelsOfTheSameNameApart) {
     ASSERT_EQ(models->size(), 1u);
     EXPECT_EQ((*models)[0].name, "llama");
   }
+}
+
+// --tenant-sessions 1: a second client of team-a finds no session (its
+// pins fail ResourceExhausted naming the tenant), while team-b pins on.
+TEST_F(TlsClusterTest, ATenantAtItsSessionCapLeavesPinsToOtherTenants) {
+  cluster_.reset();
+  tools::LocalClusterOptions options;
+  options.binary = MESHPOOL_BINARY;
+  options.nodes = 1;
+  options.capacity_bytes = 32 << 20;
+  options.node_args = {"--transport", "tcp", "--no-shm", "--tenant-sessions",
+                       "1"};
+  options.tls_dir = certs_;
+  auto cluster = tools::LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  cluster_ = *std::move(cluster);
+  auto alice1 = ConnectAs("alice");
+  auto alice2 = ConnectAs("alice");
+  auto carol = ConnectAs("carol");
+  ASSERT_TRUE(alice1.ok() && alice2.ok() && carol.ok());
+  ASSERT_TRUE((*alice1)->Put("k", "v").ok());
+  const absl::string_view keys[] = {"k"};
+  std::vector<absl::Status> pinned = Pin(**alice1, keys, absl::Seconds(30));
+  ASSERT_TRUE(pinned[0].ok()) << pinned[0];
+  pinned = Pin(**alice2, keys, absl::Seconds(30));
+  EXPECT_EQ(pinned[0].code(), absl::StatusCode::kResourceExhausted)
+      << pinned[0];
+  EXPECT_TRUE(absl::StrContains(pinned[0].message(), "'team-a' hold 1"))
+      << pinned[0];
+  pinned = Pin(**carol, keys, absl::Seconds(30));
+  EXPECT_TRUE(pinned[0].ok()) << pinned[0];
+  auto got = (*alice2)->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v");
 }
 
 TEST(ProtectedModeTest, ServersRefuseNonLoopbackAddressesWithoutTls) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "store/pin_tables.h"
@@ -288,6 +289,36 @@ TEST_F(SessionTest, ClientTotalsIncludeClosedAndExpiredSessions) {
   ASSERT_EQ(stats.sessions_size(), 1);
   EXPECT_EQ(stats.sessions(0).client_id(), "a");
   EXPECT_EQ(stats.sessions(0).stats().hits(), 7u);
+}
+
+// One tenant at its cap of sessions leaves the other tables to the others;
+// a closed or lapsed session no longer counts.
+TEST_F(SessionTest, ATenantAtItsSessionCapLeavesTheOtherTablesToOthers) {
+  PinTablesOptions options;
+  options.layout = layout_;
+  options.incarnation = kIncarnation;
+  options.lease = kLease;
+  options.env = &env_;
+  options.max_sessions_per_tenant = 1;
+  absl::StatusOr<std::unique_ptr<PinTables>> pins =
+      PinTables::Create(options, pool());
+  ASSERT_TRUE(pins.ok()) << pins.status();
+  absl::StatusOr<SessionGrant> a1 = (*pins)->Open("a-1", "team-a");
+  ASSERT_TRUE(a1.ok()) << a1.status();
+  absl::StatusOr<SessionGrant> a2 = (*pins)->Open("a-2", "team-a");
+  EXPECT_EQ(a2.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(a2.status().message(),
+                                "'team-a' hold 1 of this node's 3"))
+      << a2.status();
+  absl::StatusOr<SessionGrant> b1 = (*pins)->Open("b-1", "team-b");
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  ASSERT_TRUE((*pins)->Close(a1->session, a1->token, {}).ok());
+  a2 = (*pins)->Open("a-2", "team-a");
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  env_.Advance(kLease + absl::Milliseconds(1));  // a2 and b1 lapse
+  ASSERT_TRUE((*pins)->Renew(b1->session, b1->token, {}).status().code() ==
+              absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*pins)->Open("a-3", "team-a").ok());
 }
 
 TEST(PinTablesCreate, RejectsLayoutsWithoutPinAreaAndBadLeases) {

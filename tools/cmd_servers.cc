@@ -285,6 +285,10 @@ int RunNode(int argc, char** argv) {
                "too (default: the node's user and root; others use the "
                "network address; with --shm-socket, pick a directory they "
                "can reach)");
+  flags.Define("tenant-sessions", "0",
+               "at most this many client sessions (pin tables) per tenant "
+               "(callers without a tenant: per certificate; without TLS all "
+               "callers are one); 0: no cap");
   flags.Define("metrics-listen", "",
                "serve Prometheus metrics (/metrics) and a health check "
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
@@ -309,11 +313,18 @@ int RunNode(int argc, char** argv) {
   auto buckets = flags.GetInt("index-buckets");
   auto slab_lease = flags.GetDuration("slab-lease");
   auto read_lease = flags.GetDuration("read-lease");
+  auto tenant_sessions = flags.GetInt("tenant-sessions");
   for (const absl::Status& s :
        {capacity.status(), slab.status(), buckets.status(), slab_lease.status(),
-        read_lease.status()}) {
+        read_lease.status(), tenant_sessions.status()}) {
     if (!s.ok()) return Fail("node", s);
   }
+  if (*tenant_sessions < 0 || *tenant_sessions > int64_t{UINT32_MAX}) {
+    return Fail("node", absl::InvalidArgumentError(
+                            "--tenant-sessions: give 0 (no cap) or a count "
+                            "of sessions, e.g. 64"));
+  }
+  options.max_sessions_per_tenant = static_cast<uint32_t>(*tenant_sessions);
   options.capacity_bytes = *capacity;
   options.slab_bytes = *slab;
   options.bucket_count = static_cast<uint64_t>(std::max<int64_t>(0, *buckets));
