@@ -287,9 +287,12 @@ absl::Duration Evictor::RetryHint(const EvictionView& view,
   return std::max(best, absl::Milliseconds(1));
 }
 
-absl::StatusOr<SlabGrant> Evictor::Grant(absl::string_view client_id) {
+absl::StatusOr<SlabGrant> Evictor::Grant(absl::string_view client_id,
+                                         absl::string_view tenant) {
   grant_calls_.fetch_add(1, std::memory_order_relaxed);
-  absl::StatusOr<SlabGrant> grant = slabs_->Grant(client_id);
+  // A tenant at its cap is refused before anything is evicted for it.
+  MESHPOOL_RETURN_IF_ERROR(slabs_->CheckTenantCap(tenant));
+  absl::StatusOr<SlabGrant> grant = slabs_->Grant(client_id, tenant);
   if (grant.ok() || !options_.enabled ||
       grant.status().code() != absl::StatusCode::kResourceExhausted) {
     return grant;

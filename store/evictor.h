@@ -111,8 +111,10 @@ class Evictor {
   // on its way to FREE, can be evicted or is leased to a writer (it seals
   // at lease end), or ResourceExhausted naming why nothing ever will (every
   // slab is held by a region or pinned). With eviction off, SlabManager's
-  // ResourceExhausted.
-  absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
+  // ResourceExhausted. A tenant at its cap (SlabManager::CheckTenantCap)
+  // gets that ResourceExhausted and evicts nothing.
+  absl::StatusOr<SlabGrant> Grant(absl::string_view client_id,
+                                  absl::string_view tenant = "");
 
   // Called (from Grant's thread) when a round should run now.
   void set_wake(std::function<void()> wake);

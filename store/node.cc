@@ -304,6 +304,7 @@ absl::Status NodeImpl::Serve(const format::PoolLayout& layout) {
   slab_options.lease = options_.slab_lease;
   slab_options.max_read_lease = options_.max_read_lease;
   slab_options.env = options_.env;
+  slab_options.max_granted_per_tenant = options_.max_granted_slabs_per_tenant;
   absl::StatusOr<std::unique_ptr<SlabManager>> slabs =
       SlabManager::Create(std::move(slab_options), pool_.data());
   if (!slabs.ok()) {

@@ -23,9 +23,10 @@ constexpr std::initializer_list<Role> kAnyone = auth::kAnyRole;
 constexpr std::initializer_list<Role> kUsers = auth::kDataUsers;
 constexpr std::initializer_list<Role> kCoordinatorOnly = {Role::kCoordinator};
 
-// Whom a session counts against (PinTables::Open's tenant): the caller's
-// tenant; a caller without one by its certificate; without TLS "" for all.
-std::string SessionTenant(const grpc::ServerContext& context) {
+// Whom a session or slab lease counts against (PinTables::Open's and
+// SlabManager::Grant's tenant): the caller's tenant; a caller without one
+// by its certificate; without TLS "" for all.
+std::string CallerTenant(const grpc::ServerContext& context) {
   const auth::Identity peer = auth::PeerIdentity(context);
   if (!peer.tenant.empty()) return peer.tenant;
   return peer.role == Role::kNone ? "" : peer.ToString();
@@ -45,9 +46,11 @@ class NodeServiceImpl final : public proto::Node::Service {
     }
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
+    const std::string tenant = CallerTenant(*context);
     absl::StatusOr<SlabGrant> grant =
-        deps_.evictor != nullptr ? deps_.evictor->Grant(request->client_id())
-                                 : deps_.slabs->Grant(request->client_id());
+        deps_.evictor != nullptr
+            ? deps_.evictor->Grant(request->client_id(), tenant)
+            : deps_.slabs->Grant(request->client_id(), tenant);
     if (!grant.ok()) return ToGrpc(grant.status());
     if (grant->retry_after > absl::ZeroDuration()) {
       reply->set_retry_after_ms(static_cast<uint32_t>(
@@ -138,7 +141,7 @@ class NodeServiceImpl final : public proto::Node::Service {
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
     absl::StatusOr<SessionGrant> grant =
-        deps_.sessions->Open(request->client_id(), SessionTenant(*context));
+        deps_.sessions->Open(request->client_id(), CallerTenant(*context));
     if (!grant.ok()) return ToGrpc(grant.status());
     reply->set_session(grant->session);
     reply->set_token(grant->token);

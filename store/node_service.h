@@ -32,6 +32,9 @@
 // ResourceExhausted when nothing can be evicted; see store/evictor.h), else
 // straight to the SlabManager.
 //
+// GrantSlab is ResourceExhausted when the caller's tenant (as for
+// sessions, below) leases NodeOptions::max_granted_slabs_per_tenant slabs.
+//
 // Sessions (store/pin_tables.h): OpenSession names the incarnation
 // (FailedPrecondition otherwise) and answers ResourceExhausted when every
 // pin table is taken, or the caller's tenant holds its cap of them

@@ -89,13 +89,40 @@ std::atomic_ref<uint64_t> SlabManager::RegionWord(uint64_t slab) const {
   return std::atomic_ref<uint64_t>(meta_[kMetaWords * slab + 2]);
 }
 
-absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
+absl::Status SlabManager::CheckTenantCap(absl::string_view tenant) const {
+  const absl::Time now = Now();
+  absl::MutexLock lock(&mu_);
+  return CheckTenantCapLocked(tenant, now);
+}
+
+absl::Status SlabManager::CheckTenantCapLocked(absl::string_view tenant,
+                                               absl::Time now) const {
+  const uint64_t cap = options_.max_granted_per_tenant;
+  if (cap == 0) return absl::OkStatus();
+  // O(slabs), only with a cap. A lease past its end writes no more.
+  uint64_t held = 0;
+  for (const Slab& s : slabs_) {
+    held += s.state == SlabState::kGranted && now < s.lease_end &&
+            s.tenant == tenant;
+  }
+  if (held < cap) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      tenant.empty() ? std::string("callers without a tenant")
+                     : absl::StrCat("'", tenant, "'"),
+      " lease ", held, " of this node's ", slabs_.size(),
+      " slabs for writing, the most one tenant may (--tenant-slabs); retry "
+      "once their writers fill or release them"));
+}
+
+absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id,
+                                             absl::string_view tenant) {
   if (client_id.empty()) {
     return absl::InvalidArgumentError("GrantSlab needs a client_id");
   }
   absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   ++grant_requests_;
+  MESHPOOL_RETURN_IF_ERROR(CheckTenantCapLocked(tenant, now));
   // Expired leases are sealed by Reclaim, not here: Grant stays O(1), and a
   // sealed slab cannot be granted before reclamation frees it anyway.
   if (free_.empty()) {
@@ -119,6 +146,7 @@ absl::StatusOr<SlabGrant> SlabManager::Grant(absl::string_view client_id) {
   EvictingWord(id).store(0, std::memory_order_seq_cst);
   TouchedWord(id).store(0, std::memory_order_seq_cst);
   slab.state = SlabState::kGranted;
+  slab.tenant = std::string(tenant);
   slab.written = true;
   ++grants_;
   do {

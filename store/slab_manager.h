@@ -78,6 +78,9 @@ struct SlabManagerOptions {
   absl::Duration lease = format::kDefaultSlabLease;  // told to clients
   absl::Duration max_read_lease = format::kDefaultMaxReadLease;
   Env* env = nullptr;  // clock (not owned; outlives this); null: Env::Default()
+  // At most this many slabs leased at once per tenant key (Grant's
+  // `tenant`); 0: no cap. Keeps one tenant from leasing every free slab.
+  uint64_t max_granted_per_tenant = 0;
 };
 
 // A lease handed to a client.
@@ -150,12 +153,19 @@ class SlabManager {
   static absl::StatusOr<std::unique_ptr<SlabManager>> Create(
       SlabManagerOptions options, void* pool);
 
-  // Leases a FREE slab to `client_id`, its SlabMeta words (evicting,
-  // touched) zeroed first, under a fresh token (SlabGrant::token) that
-  // Release must present. Errors: InvalidArgument (empty client_id),
-  // ResourceExhausted (no slab is FREE; the evictor turns this into its own
-  // answer, see store/evictor.h).
-  absl::StatusOr<SlabGrant> Grant(absl::string_view client_id);
+  // Leases a FREE slab to `client_id`, charged to `tenant` (a key the
+  // caller's identity gives, store/node_service.h), its SlabMeta words
+  // (evicting, touched) zeroed first, under a fresh token
+  // (SlabGrant::token) that Release must present. Errors: InvalidArgument
+  // (empty client_id), ResourceExhausted (`tenant` holds
+  // max_granted_per_tenant unexpired leases, as CheckTenantCap; or no slab
+  // is FREE, which the evictor turns into its own answer, see
+  // store/evictor.h).
+  absl::StatusOr<SlabGrant> Grant(absl::string_view client_id,
+                                  absl::string_view tenant = "");
+  // ResourceExhausted, naming the tenant and the cap, when `tenant` holds
+  // max_granted_per_tenant unexpired leases; OK otherwise.
+  absl::Status CheckTenantCap(absl::string_view tenant) const;
 
   // Seals `slab` early: the client that holds grant `token` will write no
   // more into it. OK too when the slab is already sealed or free (the lease
@@ -238,6 +248,7 @@ class SlabManager {
   struct Slab {
     SlabState state = SlabState::kFree;
     uint64_t grant_token = 0;  // kGranted only
+    std::string tenant;        // kGranted only: whom the lease counts against
     uint64_t region_id = 0;  // kRegion only
     absl::Time lease_end;    // node side, with margin
     absl::Time unreferenced_since = absl::InfiniteFuture();  // candidacy
@@ -264,6 +275,9 @@ class SlabManager {
                           const std::vector<uint64_t>& taken);
   absl::Time Now() const;
   void SealExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckTenantCapLocked(absl::string_view tenant,
+                                    absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seals; `kv`: after a grant (the slab joins the eviction FIFO's tail).
   void SealLocked(Slab& slab, bool kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PendingLocked(const Slab& slab) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -86,6 +86,10 @@ struct NodeOptions {
   // count per certificate, and without TLS all callers count as one
   // (store/node_service.h).
   uint32_t max_sessions_per_tenant = 0;
+  // At most this many slabs leased for writing per tenant at once (counted
+  // as sessions are); 0: no cap. Past it GrantSlab is ResourceExhausted,
+  // and nothing is evicted for that tenant.
+  uint64_t max_granted_slabs_per_tenant = 0;
   // Same-host clients: with a tcp or verbs transport, the pool is a memfd
   // (store/pool.h) served over shared memory too, on a unix socket at
   // shm_socket ("": /tmp/meshpool-<pid>-<n>.sock), advertised as the

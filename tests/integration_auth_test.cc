@@ -371,16 +371,18 @@ TEST_F(TlsClusterTest, TenantsLoadModelsOfTheSameNameApart) {
   }
 }
 
-// --tenant-sessions 1: a second client of team-a finds no session (its
-// pins fail ResourceExhausted naming the tenant), while team-b pins on.
-TEST_F(TlsClusterTest, ATenantAtItsSessionCapLeavesPinsToOtherTenants) {
+// --tenant-sessions 1 --tenant-slabs 1: a second client of team-a finds
+// no session (its pins fail ResourceExhausted naming the tenant) and no
+// slab to write into, while team-b pins and writes on.
+TEST_F(TlsClusterTest, ATenantAtItsCapsLeavesSessionsAndSlabsToOthers) {
   cluster_.reset();
   tools::LocalClusterOptions options;
   options.binary = MESHPOOL_BINARY;
   options.nodes = 1;
   options.capacity_bytes = 32 << 20;
-  options.node_args = {"--transport", "tcp", "--no-shm", "--tenant-sessions",
-                       "1"};
+  options.node_args = {
+      "--transport",    "tcp", "--no-shm", "--tenant-sessions", "1",
+      "--tenant-slabs", "1"};
   options.tls_dir = certs_;
   auto cluster = tools::LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -403,6 +405,12 @@ TEST_F(TlsClusterTest, ATenantAtItsSessionCapLeavesPinsToOtherTenants) {
   auto got = (*alice2)->Get("k");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "v");
+  // alice1 leases team-a's one slab (for its slab lease, 10 s).
+  absl::Status put = (*alice2)->Put("k2", "v2");
+  EXPECT_EQ(put.code(), absl::StatusCode::kResourceExhausted) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "'team-a' lease 1")) << put;
+  EXPECT_TRUE((*carol)->Put("k3", "v3").ok());
+  EXPECT_TRUE((*alice1)->Put("k4", "v4").ok()) << "into its own lease";
 }
 
 TEST(ProtectedModeTest, ServersRefuseNonLoopbackAddressesWithoutTls) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
@@ -63,7 +64,8 @@ class EvictTest : public ::testing::Test {
  protected:
   void SetUp() override { Build(/*enabled=*/true); }
 
-  void Build(bool enabled, double high = 0.9, double low = 0.8) {
+  void Build(bool enabled, double high = 0.9, double low = 0.8,
+             uint64_t tenant_cap = 0) {
     // One page each of superblock, index, slab table and pin area.
     absl::StatusOr<format::PoolLayout> layout =
         format::ComputeLayout(4 * 4096 + kSlabs * 4096, 4096, kBuckets, 2, 16);
@@ -74,6 +76,7 @@ class EvictTest : public ::testing::Test {
     SlabManagerOptions slab_options;
     slab_options.layout = layout_;
     slab_options.env = &env_;
+    slab_options.max_granted_per_tenant = tenant_cap;
     auto slabs = SlabManager::Create(slab_options, memory_.data());
     ASSERT_TRUE(slabs.ok()) << slabs.status();
     slabs_ = *std::move(slabs);
@@ -460,6 +463,33 @@ TEST_F(EvictTest, EvictingWordStaysSetUntilTheSlabIsGrantedAgain) {
 absl::Duration RetryAfter(const absl::StatusOr<SlabGrant>& g) {
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? g->retry_after : absl::ZeroDuration();
+}
+
+// A tenant at its cap of leased slabs is refused outright: no eviction is
+// started for it, and other tenants are granted on.
+TEST_F(EvictTest, ATenantAtItsSlabCapIsRefusedAndEvictsNothing) {
+  Build(/*enabled=*/true, 0.9, 0.8, /*tenant_cap=*/2);
+  std::vector<SlabGrant> held;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<SlabGrant> g = evictor_->Grant("a", "team-a");
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(g->retry_after, absl::ZeroDuration());
+    held.push_back(*g);
+  }
+  absl::StatusOr<SlabGrant> refused = evictor_->Grant("a", "team-a");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "'team-a' lease 2 of this node's 10"))
+      << refused.status();
+  EXPECT_EQ(wakes_, 0) << "nothing is evicted for a tenant at its cap";
+  EXPECT_TRUE(evictor_->Grant("b", "team-b").ok());
+  // A released lease, or one past its end, no longer counts.
+  ASSERT_TRUE(slabs_->Release(held[0].slab, held[0].token).ok());
+  ASSERT_TRUE(evictor_->Grant("a", "team-a").ok());
+  EXPECT_EQ(evictor_->Grant("a", "team-a").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  env_.Advance(format::kDefaultSlabLease + format::kLeaseMargin);
+  EXPECT_TRUE(evictor_->Grant("a", "team-a").ok());
 }
 
 TEST_F(EvictTest,

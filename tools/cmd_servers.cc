@@ -289,6 +289,9 @@ int RunNode(int argc, char** argv) {
                "at most this many client sessions (pin tables) per tenant "
                "(callers without a tenant: per certificate; without TLS all "
                "callers are one); 0: no cap");
+  flags.Define("tenant-slabs", "0",
+               "at most this many slabs leased for writing per tenant at "
+               "once (counted as --tenant-sessions); 0: no cap");
   flags.Define("metrics-listen", "",
                "serve Prometheus metrics (/metrics) and a health check "
                "(/healthz) over HTTP on HOST:PORT (port 0: any; default: "
@@ -314,11 +317,18 @@ int RunNode(int argc, char** argv) {
   auto slab_lease = flags.GetDuration("slab-lease");
   auto read_lease = flags.GetDuration("read-lease");
   auto tenant_sessions = flags.GetInt("tenant-sessions");
+  auto tenant_slabs = flags.GetInt("tenant-slabs");
   for (const absl::Status& s :
        {capacity.status(), slab.status(), buckets.status(), slab_lease.status(),
-        read_lease.status(), tenant_sessions.status()}) {
+        read_lease.status(), tenant_sessions.status(), tenant_slabs.status()}) {
     if (!s.ok()) return Fail("node", s);
   }
+  if (*tenant_slabs < 0) {
+    return Fail("node", absl::InvalidArgumentError(
+                            "--tenant-slabs: give 0 (no cap) or a count of "
+                            "slabs, e.g. 16"));
+  }
+  options.max_granted_slabs_per_tenant = static_cast<uint64_t>(*tenant_slabs);
   if (*tenant_sessions < 0 || *tenant_sessions > int64_t{UINT32_MAX}) {
     return Fail("node", absl::InvalidArgumentError(
                             "--tenant-sessions: give 0 (no cap) or a count "
