@@ -322,7 +322,9 @@ TEST(KvSameHostTest, SharedMemoryClientKeepsAtomicsOnTheNodesTransport) {
     for (const absl::Status& st : client->BatchPut(Views(k), Views(v))) {
       ASSERT_TRUE(st.ok()) << st;
     }
-    if (i == 0) ASSERT_TRUE(Pin(*client, Views(first), kHardPin)[0].ok());
+    if (i == 0) {
+      ASSERT_TRUE(Pin(*client, Views(first), kHardPin)[0].ok());
+    }
   }
   EXPECT_EQ(*client->Get(keys.front()),
             testing::MakeValue(keys.front(), 1, kBlock));

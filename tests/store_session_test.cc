@@ -166,7 +166,9 @@ TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
   env_.Advance(kPinTableQuarantine);
   for (uint32_t i = 0; i < kSessions; ++i) {
     SessionGrant again = Open("next");
-    if (again.session == s.session) EXPECT_TRUE(TableIsZero(again));
+    if (again.session == s.session) {
+      EXPECT_TRUE(TableIsZero(again));
+    }
   }
 }
 

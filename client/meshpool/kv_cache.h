@@ -46,7 +46,7 @@ struct BlockKeyOptions {
   uint32_t tp_size = 1;
   uint32_t pp_rank = 0;  // pipeline-parallel rank / size
   uint32_t pp_size = 1;
-  std::string salt;            // per tenant; empty: shared by all tenants
+  std::string salt = {};       // per tenant; empty: shared by all tenants
   uint32_t block_tokens = 16;  // tokens per block (1..kMaxBlockTokens)
 };
 inline constexpr uint32_t kMaxBlockTokens = 1u << 16;
