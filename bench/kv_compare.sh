@@ -22,6 +22,9 @@
 #   nodes fault their pools in), TRANSPORT [tcp] (tcp, verbs or auto)
 #   SERVER_MEMORY_MB [4096]: redis maxmemory and memcached -m (caps; they
 #   use what the working sets need)
+#   SMOKE=1: one thread, batch 4, 1 s per measurement, 16 KiB blocks, an
+#   8 MiB working set, one 128 MiB node, 64 MB servers (CI's check that the
+#   script and kv_compare still work; the numbers mean nothing)
 # Flags after `--` go to kv_compare as they are (they win over the above).
 # Exit status: kv_compare's (0: every GET right; 1: a failure; 2: bad flags).
 set -euo pipefail
@@ -37,6 +40,11 @@ if [ ! -x "$bench" ] || [ ! -x "$meshpool" ]; then
   exit 2
 fi
 
+if [ "${SMOKE:-0}" = 1 ]; then
+  : "${THREADS:=1}" "${BATCH:=4}" "${SECONDS_PER:=1}" "${BLOCK_SIZES:=16KiB}"
+  : "${WORKING_SET:=8MiB}" "${NODES:=1}" "${CAPACITY:=128MiB}"
+  : "${SERVER_MEMORY_MB:=64}"
+fi
 threads="${THREADS:-4}"
 systems="${SYSTEMS:-redis,memcached,meshpool,meshpool-shm}"
 mem_mb="${SERVER_MEMORY_MB:-4096}"

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "auth/auth.h"
 #include "common/common.h"
 #include "placement/region_layout.h"
 #include "rdma/tcp.h"
@@ -81,6 +82,9 @@ absl::StatusOr<std::unique_ptr<RawBench>> RawBench::Create(
                             TransportFor(first, options.verbs));
   client_internal::ConnectionOptions copts;
   copts.client_id = "weights-bench-raw";
+  // The bench's own cluster runs without TLS.
+  MESHPOOL_ASSIGN_OR_RETURN(copts.security,
+                            auth::MakeChannelSecurity(auth::TlsConfig{}));
   copts.op_timeout = options.op_timeout;
   for (const proto::NodeInfo& info : infos) {
     if (!absl::StartsWith(info.transport_addresses(0),
@@ -93,6 +97,8 @@ absl::StatusOr<std::unique_ptr<RawBench>> RawBench::Create(
         auto node,
         client_internal::NodeConnection::Create(
             info, *bench->transport_, info.transport_addresses(0), copts));
+    // The map carries no pool address or key: ask the node.
+    MESHPOOL_RETURN_IF_ERROR(node->LearnPool());
     bench->nodes_.push_back(std::move(node));
   }
   bench->bytes_ = layout.size();
@@ -110,7 +116,7 @@ absl::StatusOr<std::unique_ptr<RawBench>> RawBench::Create(
   std::vector<std::vector<rdma::WorkRequest>> per_node(infos.size());
   for (uint64_t s = 0; s < layout.stripes(); ++s) {
     const placement::StripeCopy copy = layout.Copy(s, 0);
-    const proto::NodeInfo& info = infos[copy.extent];
+    const client_internal::NodeConnection& node = *bench->nodes_[copy.extent];
     const uint64_t length = layout.StripeLength(s);
     for (uint64_t at = 0; at < length; at += options.request_bytes) {
       rdma::WorkRequest wr;
@@ -118,8 +124,8 @@ absl::StatusOr<std::unique_ptr<RawBench>> RawBench::Create(
       wr.length =
           static_cast<uint32_t>(std::min(options.request_bytes, length - at));
       wr.lkey = bench->registration_->lkey();
-      wr.remote_addr = info.pool().addr() + copy.pool_offset + at;
-      wr.rkey = info.pool().rkey();
+      wr.remote_addr = node.pool_addr() + copy.pool_offset + at;
+      wr.rkey = node.pool_rkey();
       wr.wr_id = per_node[copy.extent].size();
       per_node[copy.extent].push_back(wr);
     }

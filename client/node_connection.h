@@ -80,10 +80,17 @@ class NodeConnection {
   const format::PoolLayout& layout() const { return layout_; }
   uint64_t incarnation() const { return info_.incarnation(); }
   // Where one-sided operations name the node's pool. The cluster map leaves
-  // them out: the first AcquireLane asks the node (DescribePool), so they
-  // are valid to a caller holding a LaneLease, 0 before any was granted.
+  // them out: LearnPool, which the first AcquireLane runs, asks the node
+  // (DescribePool), so they are valid once LearnPool returned OK or to a
+  // caller holding a LaneLease, 0 before.
   uint64_t pool_addr() const { return pool_addr_; }
   uint32_t pool_rkey() const { return pool_rkey_; }
+  // Asks the node where its pool is (DescribePool), once: OK at once when
+  // known. Errors: AcquireLane's (Unavailable when the node does not
+  // answer, PermissionDenied for a certificate that is no data user's,
+  // FailedPrecondition for another incarnation or a described length that
+  // is not the registered one).
+  absl::Status LearnPool();
   absl::Duration read_lease() const { return read_lease_; }
   absl::Duration op_timeout() const { return options_.op_timeout; }
   // Largest object a slab can hold.
@@ -197,8 +204,6 @@ class NodeConnection {
   NodeConnection(const proto::NodeInfo& info, rdma::Transport& transport,
                  absl::string_view address, const ConnectionOptions& options);
   void ReturnLane(std::unique_ptr<Lane> lane);
-  // Asks the node where its pool is, once (AcquireLane's errors).
-  absl::Status LearnPool();
   // Replaces the current slab; the old one is released once no allocation
   // in it is outstanding (at once when that is already so).
   // *retry_after > 0: the node is evicting, no slab yet; ask again then.

@@ -20,6 +20,9 @@ PACKAGES=(
   # Fuzzing (tests/fuzz, tools/fuzz.sh): clang's libFuzzer; the sanitized
   # build is a clang build.
   clang-14 libclang-rt-14-dev
+  # bench/kv_compare.sh (CI runs it in its smoke mode): the real servers
+  # meshpool is compared with, and the loopback TCP ceiling.
+  redis-server memcached iperf3
   # The Soft-RoCE VM (tools/vm/): qemu, its initramfs, modules, verbs tools.
   qemu-system-x86 busybox-static kmod perftest rdma-core ibverbs-utils iproute2
 )
