@@ -7,7 +7,10 @@
 //
 // Membership rules (the Coordinator enforces them):
 //  * RegisterNode with an empty node_id gets "node-<n>" (n one above the
-//    highest n already in the map, so ids are never reused).
+//    highest n in the map; a forgotten dead node's id may come back, which
+//    is safe since all that names a node's memory names its incarnation).
+//    The map holds at most kMaxMapNodes entries (ResourceExhausted for a
+//    new id past it).
 //  * Registering an id again with a new incarnation (a restarted node)
 //    replaces the old entry; any registration makes the node NODE_ALIVE and
 //    bumps the epoch.
@@ -15,8 +18,12 @@
 //    declared NODE_DEAD answers known=false: the node must register again.
 //    A heartbeat stores the node's stats and does not bump the epoch.
 //  * A node with no heartbeat (or registration) for dead_after becomes
-//    NODE_DEAD (epoch bumped). Dead nodes stay in the map; placement skips
-//    them, so their keys have no home until the node registers again.
+//    NODE_DEAD (epoch bumped). Dead nodes stay in the map for
+//    registration.forget_dead_after (then their entry is removed, epoch
+//    bumped, and the dead incarnation is remembered in memory, so it is
+//    still told it was declared dead and cannot register again); placement
+//    skips them, so their keys have no home until the node registers
+//    again.
 #ifndef MESHPOOL_COORDINATOR_COORDINATOR_H_
 #define MESHPOOL_COORDINATOR_COORDINATOR_H_
 

@@ -56,6 +56,18 @@ class InMemoryCoordinatorState final : public CoordinatorState {
     return map_.epoch();
   }
 
+  absl::StatusOr<uint64_t> RemoveNode(absl::string_view node_id) override {
+    absl::MutexLock lock(&mu_);
+    auto* nodes = map_.mutable_nodes();
+    for (int i = 0; i < nodes->size(); ++i) {
+      if (nodes->Get(i).info().node_id() != node_id) continue;
+      nodes->DeleteSubrange(i, 1);
+      map_.set_epoch(map_.epoch() + 1);
+      return map_.epoch();
+    }
+    return UnknownNode(node_id);
+  }
+
   absl::Status RecordHeartbeat(absl::string_view node_id, int64_t unix_ms,
                                const proto::NodeStats& stats) override {
     absl::MutexLock lock(&mu_);

@@ -50,9 +50,15 @@ class CoordinatorState {
   // REQUIRES: entry.info().node_id() is not empty (else InvalidArgument).
   virtual absl::StatusOr<uint64_t> UpsertNode(const proto::NodeEntry& entry) = 0;
 
-  // Sets the node's state to NODE_DEAD (the entry stays in the map) and bumps
+  // Sets the node's state to NODE_DEAD (the entry stays in the map until
+  // RemoveNode) and bumps
   // the epoch atomically. Returns the new epoch; NotFound for an unknown id.
   virtual absl::StatusOr<uint64_t> MarkDead(absl::string_view node_id) = 0;
+
+  // Removes the node's entry from the map (Membership forgets long-dead
+  // nodes so) and bumps the epoch atomically. Returns the new epoch;
+  // NotFound for an unknown id.
+  virtual absl::StatusOr<uint64_t> RemoveNode(absl::string_view node_id) = 0;
 
   // Stores the liveness fields of a node (last_heartbeat_unix_ms, stats)
   // without bumping the epoch. NotFound for an unknown id.

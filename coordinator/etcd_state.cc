@@ -81,6 +81,10 @@ class EtcdState final : public CoordinatorState {
   absl::StatusOr<uint64_t> MarkDead(absl::string_view node_id) override {
     return ChangeMap([&](CoordinatorState& s) { return s.MarkDead(node_id); });
   }
+  absl::StatusOr<uint64_t> RemoveNode(absl::string_view node_id) override {
+    return ChangeMap(
+        [&](CoordinatorState& s) { return s.RemoveNode(node_id); });
+  }
   absl::StatusOr<uint64_t> BumpEpoch() override {
     return ChangeMap([&](CoordinatorState& s) { return s.BumpEpoch(); });
   }

@@ -42,6 +42,19 @@ absl::Status Apply(const proto::StateRecord& r, proto::StateSnapshot& state) {
     }
     e->set_state(proto::NODE_DEAD);
   }
+  if (!r.remove_node().empty()) {
+    auto* nodes = map.mutable_nodes();
+    int at = 0;
+    while (at < nodes->size() &&
+           nodes->Get(at).info().node_id() != r.remove_node()) {
+      ++at;
+    }
+    if (at == nodes->size()) {
+      return absl::DataLossError(
+          absl::StrCat("a record forgets unknown node ", r.remove_node()));
+    }
+    nodes->DeleteSubrange(at, 1);
+  }
   if (r.next_region_id() != 0) state.set_next_region_id(r.next_region_id());
   auto* regions = state.mutable_regions();
   for (const std::string& name : r.remove_regions()) {
@@ -118,6 +131,17 @@ class FileCoordinatorState final : public CoordinatorState {
     r.set_mark_dead(std::string(node_id));
     MESHPOOL_RETURN_IF_ERROR(Log(r));
     MESHPOOL_ASSIGN_OR_RETURN(epoch_, mem_->MarkDead(node_id));
+    return epoch_;
+  }
+
+  absl::StatusOr<uint64_t> RemoveNode(absl::string_view node_id) override {
+    absl::MutexLock lock(&mu_);
+    MESHPOOL_RETURN_IF_ERROR(mem_->FindNode(node_id).status());
+    proto::StateRecord r;
+    r.set_epoch(epoch_ + 1);
+    r.set_remove_node(std::string(node_id));
+    MESHPOOL_RETURN_IF_ERROR(Log(r));
+    MESHPOOL_ASSIGN_OR_RETURN(epoch_, mem_->RemoveNode(node_id));
     return epoch_;
   }
 

@@ -16,8 +16,11 @@ namespace {
 
 constexpr absl::string_view kAssignedIdPrefix = "node-";
 
-// "node-<n>" with n one above the highest such n in the map (dead nodes
-// stay in the map, so an id is never handed out twice).
+// "node-<n>" with n one above the highest such n in the map. Once a dead
+// entry is forgotten its id may be handed out again; that is safe because
+// everything that names a node's memory also names its incarnation
+// (region extents, clients' connections, objects), and the old process,
+// should it come back, is told it was declared dead (forgotten_).
 std::string NextNodeId(const proto::ClusterMap& map) {
   uint64_t highest = 0;
   for (const proto::NodeEntry& entry : map.nodes()) {
@@ -119,6 +122,7 @@ Membership::Membership(std::unique_ptr<CoordinatorState> state,
     : state_(std::move(state)),
       dead_after_(dead_after),
       max_node_bytes_(limits.max_node_bytes),
+      forget_dead_after_(limits.forget_dead_after),
       env_(env),
       registrations_(limits.registrations_per_minute, "node registrations",
                      "--registrations-per-minute", env),
@@ -130,6 +134,20 @@ int64_t Membership::NowMillis() const { return absl::ToUnixMillis(env_->Now()); 
 absl::Status Membership::CheckRunning() const {
   if (!shut_down_) return absl::OkStatus();
   return absl::UnavailableError("the coordinator is shutting down; retry against its successor");
+}
+
+bool Membership::ForgottenLocked(absl::string_view node_id,
+                                 uint64_t incarnation) const {
+  return forgotten_.count({std::string(node_id), incarnation}) > 0;
+}
+
+void Membership::RememberForgottenLocked(const proto::NodeInfo& info) {
+  if (!forgotten_.insert({info.node_id(), info.incarnation()}).second) return;
+  forgotten_order_.emplace_back(info.node_id(), info.incarnation());
+  if (forgotten_order_.size() > kMaxForgottenIncarnations) {
+    forgotten_.erase(forgotten_order_.front());
+    forgotten_order_.pop_front();
+  }
 }
 
 absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
@@ -144,22 +162,35 @@ absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
   // what one-sided access needs (clients ask the node, authenticated).
   entry.mutable_info()->mutable_pool()->clear_addr();
   entry.mutable_info()->mutable_pool()->clear_rkey();
+  auto dead = [&] {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", info.node_id(), " incarnation ", info.incarnation(),
+        " was declared dead and its memory may be stale; restart the "
+        "node process to rejoin with a new incarnation"));
+  };
+  MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+  const bool map_full = static_cast<size_t>(map.nodes_size()) >= kMaxMapNodes;
+  auto full = [&] {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the cluster map holds ", map.nodes_size(), " nodes, its limit (",
+        kMaxMapNodes, "); a dead node's entry leaves it ",
+        absl::FormatDuration(forget_dead_after_),
+        " after its death (--forget-dead-after): retry then, or reuse a "
+        "dead node's id"));
+  };
   if (info.node_id().empty()) {
-    MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
+    if (map_full) return full();
     entry.mutable_info()->set_node_id(NextNodeId(map));
   } else {
+    if (ForgottenLocked(info.node_id(), info.incarnation())) return dead();
     absl::StatusOr<proto::NodeEntry> old = state_->FindNode(info.node_id());
     if (!old.ok() && !absl::IsNotFound(old.status())) return old.status();
+    if (!old.ok() && map_full) return full();
     // The same process registering again (a retry) keeps its last stats; a
     // new incarnation starts afresh. An incarnation declared dead may not
     // come back: clients may have rewritten its keys elsewhere meanwhile.
     if (old.ok() && old->info().incarnation() == info.incarnation()) {
-      if (old->state() == proto::NODE_DEAD) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "node ", info.node_id(), " incarnation ", info.incarnation(),
-            " was declared dead and its memory may be stale; restart the "
-            "node process to rejoin with a new incarnation"));
-      }
+      if (old->state() == proto::NODE_DEAD) return dead();
       *entry.mutable_stats() = old->stats();
     }
   }
@@ -182,6 +213,9 @@ absl::StatusOr<proto::HeartbeatReply> Membership::Heartbeat(
   if (!entry.ok()) {
     if (!absl::IsNotFound(entry.status())) return entry.status();
     reply.set_known(false);
+    // Declared dead and forgotten since: it must stop, not register again.
+    reply.set_declared_dead(
+        ForgottenLocked(request.node_id(), request.incarnation()));
     return reply;
   }
   if (entry->info().incarnation() != request.incarnation() ||
@@ -216,10 +250,20 @@ absl::StatusOr<int> Membership::Reap() {
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map, state_->Snapshot());
   const int64_t now_ms = NowMillis();
   const int64_t dead_after_ms = absl::ToInt64Milliseconds(dead_after_);
+  const int64_t forget_ms =
+      forget_dead_after_ > absl::ZeroDuration()
+          ? dead_after_ms + absl::ToInt64Milliseconds(forget_dead_after_)
+          : INT64_MAX;
   int marked = 0;
   for (const proto::NodeEntry& entry : map.nodes()) {
-    if (entry.state() != proto::NODE_ALIVE) continue;
     const int64_t last_ms = std::max(entry.last_heartbeat_unix_ms(), start_ms_);
+    if (entry.state() != proto::NODE_ALIVE) {
+      if (now_ms - last_ms < forget_ms) continue;
+      MESHPOOL_ASSIGN_OR_RETURN(epoch_,
+                                state_->RemoveNode(entry.info().node_id()));
+      RememberForgottenLocked(entry.info());
+      continue;
+    }
     if (now_ms - last_ms < dead_after_ms) continue;
     MESHPOOL_ASSIGN_OR_RETURN(epoch_, state_->MarkDead(entry.info().node_id()));
     ++marked;

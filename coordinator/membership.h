@@ -7,9 +7,14 @@
 #ifndef MESHPOOL_COORDINATOR_MEMBERSHIP_H_
 #define MESHPOOL_COORDINATOR_MEMBERSHIP_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -29,6 +34,15 @@ inline constexpr int kMaxTransportAddresses = 8;
 // Registrations one caller may make a minute by default (a burst of as
 // many): far above what restarts need, far below what churns the map.
 inline constexpr int kDefaultRegistrationsPerMinute = 120;
+// The map holds at most this many node entries, alive and dead: a new id
+// past it is ResourceExhausted until dead entries are forgotten.
+inline constexpr size_t kMaxMapNodes = 16384;
+// How long a dead node's entry stays in the map by default.
+inline constexpr absl::Duration kDefaultForgetDeadAfter = absl::Hours(1);
+// Forgotten (node id, incarnation) pairs this coordinator remembers, so
+// that such a process coming back is still told it was declared dead.
+inline constexpr size_t kMaxForgottenIncarnations = 4 * kMaxMapNodes;
+static_assert(kMaxForgottenIncarnations >= kMaxMapNodes);
 
 // What one node may make of the cluster (CoordinatorOptions).
 struct RegistrationLimits {
@@ -39,6 +53,10 @@ struct RegistrationLimits {
   // Registrations per minute per caller (its certificate's identity, or its
   // host without TLS); 0: no limit.
   int registrations_per_minute = kDefaultRegistrationsPerMinute;
+  // A node dead this long (counted from its last heartbeat, or from the
+  // coordinator's start for entries it loaded) leaves the map; zero: dead
+  // entries stay for good.
+  absl::Duration forget_dead_after = kDefaultForgetDeadAfter;
 };
 
 // InvalidArgument naming the first piece of a registration that is missing
@@ -64,9 +82,11 @@ class Membership {
   // identity or a peer host; ResourceExhausted past
   // limits.registrations_per_minute), validates it (ValidateNodeInfo,
   // InvalidArgument), assigns an id when info.node_id is empty, stores the
-  // node NODE_ALIVE and bumps the epoch. Reply carries node_id and the new
-  // epoch (heartbeat_interval_ms is left to the caller). Unavailable after
-  // Shutdown.
+  // node NODE_ALIVE and bumps the epoch. FailedPrecondition for an
+  // incarnation declared dead (also when its entry was forgotten since);
+  // ResourceExhausted for a new id when the map holds kMaxMapNodes. Reply
+  // carries node_id and the new epoch (heartbeat_interval_ms is left to the
+  // caller). Unavailable after Shutdown.
   absl::StatusOr<proto::RegisterNodeReply> Register(const proto::NodeInfo& info,
                                                     absl::string_view caller);
 
@@ -78,7 +98,9 @@ class Membership {
   absl::StatusOr<proto::ClusterMap> Map() const;
 
   // Marks NODE_DEAD every alive node silent for at least dead_after (by the
-  // clock), one epoch bump per node. Returns how many it marked.
+  // clock), one epoch bump per node, and forgets (removes from the map) the
+  // dead ones silent for dead_after + limits.forget_dead_after. Returns how
+  // many it marked.
   absl::StatusOr<int> Reap();
 
   struct EpochWait {
@@ -97,16 +119,26 @@ class Membership {
              int64_t start_ms);
   int64_t NowMillis() const;
   absl::Status CheckRunning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ForgottenLocked(absl::string_view node_id, uint64_t incarnation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberForgottenLocked(const proto::NodeInfo& info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<CoordinatorState> state_;
   const absl::Duration dead_after_;
   const uint64_t max_node_bytes_;
+  const absl::Duration forget_dead_after_;
   Env* const env_;
   RateLimiter registrations_;
   const int64_t start_ms_;  // the grace period for nodes found in the state
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // The (node id, incarnation) pairs Reap forgot, oldest first, at most
+  // kMaxForgottenIncarnations (kept in memory only).
+  std::deque<std::pair<std::string, uint64_t>> forgotten_order_
+      ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<std::string, uint64_t>> forgotten_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshpool::coordinator

@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/membership.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/coordinator_client.h"
@@ -309,6 +311,75 @@ TEST_F(CoordinatorTest, DeadIncarnationIsToldSoAndCannotRejoin) {
   EXPECT_TRUE(Beat(id, 1).declared_dead())
       << "superseded: registering again would take the id back";
   EXPECT_TRUE(Beat(id, 2).known());
+}
+
+// A dead node's entry leaves the map forget_dead_after after its death
+// (its id may then be handed out again), and its process, should it come
+// back, is still told it was declared dead and cannot register again.
+TEST_F(CoordinatorTest, DeadEntriesAreForgottenAndTheirProcessesStayOut) {
+  RegistrationLimits limits;
+  limits.forget_dead_after = absl::Minutes(1);
+  Start(kQuietHeartbeat, absl::Hours(3) + kDeadAfter, "127.0.0.1:0", limits);
+  const std::string alive = Register(ValidNode("", 1)).node_id();
+  const std::string gone = Register(ValidNode("", 1)).node_id();
+  ASSERT_EQ(gone, "node-2");
+  env_.Advance(dead_after_);
+  ASSERT_TRUE(Beat(alive, 1).known());
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  ASSERT_EQ(FindEntry(RemoteMap(), gone)->state(), proto::NODE_DEAD);
+  env_.Advance(absl::Minutes(1) - absl::Milliseconds(1));
+  ASSERT_TRUE(Beat(alive, 1).known());
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  ASSERT_NE(FindEntry(RemoteMap(), gone), nullptr) << "one millisecond early";
+  const uint64_t epoch = RemoteMap().epoch();
+
+  env_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(Beat(alive, 1).known());
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  const proto::ClusterMap map = RemoteMap();
+  EXPECT_EQ(map.epoch(), epoch + 1);
+  ASSERT_EQ(map.nodes_size(), 1);
+  EXPECT_EQ(map.nodes(0).info().node_id(), alive);
+
+  const proto::HeartbeatReply back = Beat(gone, 1);
+  EXPECT_FALSE(back.known());
+  EXPECT_TRUE(back.declared_dead()) << "forgotten, not forgiven";
+  EXPECT_EQ(client_->RegisterNode(ValidNode(gone, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A new process may take the id, given or handed out again.
+  EXPECT_EQ(Register(ValidNode("", 2)).node_id(), gone);
+  EXPECT_TRUE(Beat(gone, 2).known());
+  EXPECT_TRUE(Beat(gone, 1).declared_dead());
+}
+
+TEST(MembershipTest, AFullMapRefusesNewIdsUntilDeadEntriesAreForgotten) {
+  testing::FakeEnv env;
+  proto::ClusterMap initial;
+  for (size_t i = 0; i < kMaxMapNodes; ++i) {
+    proto::NodeEntry* e = initial.add_nodes();
+    *e->mutable_info() = ValidNode(absl::StrCat("n", i), 1);
+    e->set_state(proto::NODE_DEAD);
+  }
+  RegistrationLimits limits;
+  limits.registrations_per_minute = 0;
+  limits.forget_dead_after = absl::Minutes(1);
+  auto membership = Membership::Create(NewInMemoryCoordinatorState(initial),
+                                       absl::Seconds(10), limits, &env);
+  ASSERT_TRUE(membership.ok()) << membership.status();
+  absl::Status s = (*membership)->Register(ValidNode("new", 1), "t").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "--forget-dead-after")) << s;
+  EXPECT_EQ((*membership)->Register(ValidNode("", 1), "t").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // A known id (a restart) still registers.
+  EXPECT_TRUE((*membership)->Register(ValidNode("n5", 2), "t").ok());
+  env.Advance(absl::Seconds(10) + absl::Minutes(1));
+  ASSERT_TRUE((*membership)->Reap().ok());
+  absl::StatusOr<proto::ClusterMap> map = (*membership)->Map();
+  ASSERT_TRUE(map.ok());
+  ASSERT_EQ(map->nodes_size(), 1) << "every entry dead that long is gone";
+  EXPECT_EQ(map->nodes(0).info().node_id(), "n5");
+  EXPECT_TRUE((*membership)->Register(ValidNode("new", 1), "t").ok());
 }
 
 TEST_F(CoordinatorTest, InvalidRegistrationsAreRejected) {

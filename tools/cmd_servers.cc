@@ -62,6 +62,9 @@ int RunCoordinator(int argc, char** argv) {
                std::to_string(coordinator::kDefaultRegistrationsPerMinute),
                "node registrations one caller (certificate, or host "
                "without TLS) may make a minute; 0: no limit");
+  flags.Define("forget-dead-after", "1h",
+               "a dead node's entry leaves the cluster map this long after "
+               "its last heartbeat (0: never); its id may then be reused");
   flags.Define("region-quota", "",
                "per-tenant caps on regions: TENANT=REGIONS:BYTES,... (e.g. "
                "team-a=16:64GiB,*=4:8GiB; - for no limit; TENANT * is "
@@ -171,6 +174,14 @@ int RunCoordinator(int argc, char** argv) {
   options.registration.max_node_bytes = *max_node_bytes;
   options.registration.registrations_per_minute =
       static_cast<int>(*registrations);
+  auto forget = flags.GetDuration("forget-dead-after");
+  if (!forget.ok()) return Fail("coordinator", forget.status());
+  if (*forget < absl::ZeroDuration()) {
+    return Fail("coordinator", absl::InvalidArgumentError(
+                                   "--forget-dead-after: give 0 (never) or a "
+                                   "duration such as 1h"));
+  }
+  options.registration.forget_dead_after = *forget;
   auto quotas = coordinator::RegionQuotas::Parse(flags.Get("region-quota"));
   if (!quotas.ok()) return Fail("coordinator", quotas.status());
   options.region_quotas = *std::move(quotas);
