@@ -121,6 +121,25 @@ TEST_F(EtcdTest, EveryDurableFieldSurvivesANewProcess) {
   EXPECT_EQ(*s->UpsertNode(Node("c", 33)), 5u) << "the epoch continues";
 }
 
+TEST_F(EtcdTest, AForgottenNodeStaysForgottenForANewProcess) {
+  {
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    ASSERT_EQ(*s->UpsertNode(Node("a", 11)), 1u);
+    ASSERT_EQ(*s->UpsertNode(Node("b", 22)), 2u);
+    ASSERT_EQ(*s->MarkDead("a"), 3u);
+    ASSERT_EQ(*s->RemoveNode("a"), 4u);
+    EXPECT_EQ(s->RemoveNode("a").status().code(), absl::StatusCode::kNotFound);
+  }
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  auto map = s->Snapshot();
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->epoch(), 4u);
+  ASSERT_EQ(map->nodes_size(), 1);
+  EXPECT_EQ(map->nodes(0).info().node_id(), "b");
+}
+
 TEST_F(EtcdTest, AWriteFencedByALostLeadChangesNothing) {
   std::shared_ptr<EtcdClient> client = Client();
   etcdserverpb::TxnRequest take;
