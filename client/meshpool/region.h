@@ -159,11 +159,19 @@ class Region {
                                             uint64_t delta) = 0;
 };
 
+// Names are per tenant (docs/security.md, "Tenants"): a client whose
+// certificate acts for a tenant creates, opens, renames, deletes and lists
+// only that tenant's regions, under their plain names; clients without a
+// tenant see no tenant's regions; an admin without a tenant lists every
+// region and may name a tenant's as "~TENANT/NAME" (others get
+// InvalidArgument for such a name).
+//
 // Creates a region of `size` bytes (> 0), zero-filled. Errors:
 // InvalidArgument (empty or over-long name, bad stripe size or replica
 // count; the message says what to use), AlreadyExists (the name is
 // taken), ResourceExhausted (the nodes' free memory cannot hold it; it
-// says how much is free), FailedPrecondition (fewer live nodes than
+// says how much is free; or the tenant's --region-quota would be
+// exceeded, it says which limit), FailedPrecondition (fewer live nodes than
 // replicas), Unavailable (coordinator or a node unreachable: retry; when
 // the coordinator did not answer within 60 s the create may still have
 // completed, which OpenRegion tells).
@@ -182,7 +190,8 @@ absl::Status DeleteRegion(Client& client, absl::string_view name);
 // named. NotFound when `from` is absent.
 absl::Status RenameRegion(Client& client, absl::string_view from,
                           absl::string_view to, bool replace = false);
-// Regions whose name starts with `prefix`, sorted by name.
+// The caller's tenant's regions whose name starts with `prefix`, sorted by
+// name.
 absl::StatusOr<std::vector<RegionDescription>> ListRegions(
     Client& client, absl::string_view prefix = "");
 
