@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/region_registry.h"
-#include "rdma/tcp_tokens.h"
 #include "rdma/tcp_wire.h"
+#include "rdma/tokens.h"
 
 namespace meshpool::rdma::internal {
 
@@ -32,10 +32,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> TcpEndpoint::Connect(
     return ErrnoToStatus(errno, "setsockopt(SO_SNDTIMEO)");
   }
   if (!token.empty()) {
-    static_assert(sizeof(TcpHello::token) == kTcpTokenBytes);
+    static_assert(sizeof(TcpHello::token) == kTokenBytes);
     TcpHello hello{};
     hello.magic = kHelloMagic;
-    std::memcpy(hello.token, token.data(), kTcpTokenBytes);
+    std::memcpy(hello.token, token.data(), kTokenBytes);
     iovec iov{&hello, sizeof(hello)};
     absl::Status sent = SendAll(fd.get(), absl::MakeSpan(&iov, 1));
     if (!sent.ok()) {

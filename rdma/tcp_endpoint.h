@@ -24,7 +24,7 @@ class TcpEndpoint : public Endpoint {
  public:
   // Connects to "tcp://host:port" and, when `token` is not empty, opens
   // with a TcpHello presenting it. REQUIRES: `token` is empty or the
-  // kTcpTokenBytes a node's handshake issued. InvalidArgument for a
+  // kTokenBytes a node's handshake issued. InvalidArgument for a
   // malformed address; Unavailable when the peer cannot be reached within
   // `connect_timeout`.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Connect(

@@ -13,8 +13,8 @@
 #include "rdma/tcp.h"
 #include "rdma/tcp_endpoint.h"
 #include "rdma/tcp_responder.h"
-#include "rdma/tcp_tokens.h"
 #include "rdma/tcp_wire.h"
+#include "rdma/tokens.h"
 
 namespace meshpool::rdma {
 namespace {
@@ -24,9 +24,8 @@ class TcpTransport : public Transport {
   explicit TcpTransport(const TcpOptions& options, uint64_t rkey_seed)
       : options_(options),
         registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)),
-        tokens_(options.require_token
-                    ? std::make_shared<internal::TcpTokenBook>()
-                    : nullptr) {}
+        tokens_(options.require_token ? std::make_shared<internal::TokenBook>()
+                                      : nullptr) {}
 
   TransportKind kind() const override { return TransportKind::kTcp; }
 
@@ -83,10 +82,10 @@ class TcpTransport : public Transport {
             absl::StrCat("no tcp connection token from ", peer_address, ": ",
                          reply.status().message()));
       }
-      if (!token.empty() && token.size() != internal::kTcpTokenBytes) {
+      if (!token.empty() && token.size() != internal::kTokenBytes) {
         return absl::InternalError(
             absl::StrCat(peer_address, " answered a tcp token of ",
-                         token.size(), " bytes, not ", internal::kTcpTokenBytes,
+                         token.size(), " bytes, not ", internal::kTokenBytes,
                          "; is it another meshpool version?"));
       }
     }
@@ -98,7 +97,7 @@ class TcpTransport : public Transport {
   const TcpOptions options_;
   const std::shared_ptr<internal::RegionRegistry> registry_;
   // Null unless require_token; shared with the responder's admission.
-  const std::shared_ptr<internal::TcpTokenBook> tokens_;
+  const std::shared_ptr<internal::TokenBook> tokens_;
   absl::Mutex mu_;
   // Last: destroyed first, so no connection outlives the transport.
   std::unique_ptr<internal::TcpResponder> responder_ ABSL_GUARDED_BY(mu_);

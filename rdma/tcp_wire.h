@@ -7,7 +7,7 @@
 // little-endian host (static_assert below) and fixed layouts.
 //
 // A node that requires tokens (TcpOptions::require_token) first expects a
-// TcpHello carrying a token from its handshake (rdma/tcp_tokens.h) and
+// TcpHello carrying a token from its handshake (rdma/tokens.h) and
 // closes a connection that opens with anything else, before reading any
 // request. The handshake itself runs over the node's control plane: the
 // client sends kTcpTokenRequest; the node answers a token, or nothing when
@@ -36,7 +36,7 @@ inline constexpr char kTcpTokenRequest[] = "meshpool tcp token v1";
 struct TcpHello {
   uint32_t magic;
   uint32_t reserved;  // 0
-  uint8_t token[16];  // kTcpTokenBytes
+  uint8_t token[16];  // kTokenBytes
 };
 inline constexpr size_t kHelloBytes = 24;
 static_assert(sizeof(TcpHello) == kHelloBytes);

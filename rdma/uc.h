@@ -103,6 +103,16 @@ struct UcOptions {
   // Node: the most bytes a request may carry or ask for (at most
   // kUcChunkBytes; more is malformed).
   uint32_t max_request_bytes = kUcChunkBytes;
+  // Node on UDP: admit a session only once its hello presents a token this
+  // transport's AcceptHandshake issued (each works once, within 30 s); a
+  // session that opens with anything else ends before any request is read,
+  // and a hello without a valid token is refused (the client's Connect
+  // fails PermissionDenied). A node turns this on when its control plane
+  // runs TLS, so only clients that authenticated there reach its memory.
+  // Sessions on UC queue pairs need none (the handshake made their link).
+  // Clients need no setting: Connect asks the node through the Handshake it
+  // is given and presents the token when one comes back.
+  bool require_token = false;
   UcLinkFaults faults;
 };
 

@@ -36,8 +36,8 @@ UcEndpoint::UcEndpoint(std::unique_ptr<UcLink> link, std::string address)
     : link_(std::move(link)), address_(std::move(address)) {}
 
 absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
-    std::unique_ptr<UcLink> link, std::string address,
-    const UcOptions& options) {
+    std::unique_ptr<UcLink> link, std::string address, const UcOptions& options,
+    absl::string_view token) {
   std::unique_ptr<UcEndpoint> ep(
       new UcEndpoint(std::move(link), std::move(address)));
   absl::BitGen gen;
@@ -52,8 +52,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
                                            }));
   ep->channel_.emplace(std::move(channel));
   const uint32_t hello = kUcHello;
-  const absl::Span<const uint8_t> part = Bytes(&hello, sizeof(hello));
-  MESHPOOL_RETURN_IF_ERROR(ep->channel_->Send({&part, 1}));
+  const absl::Span<const uint8_t> parts[2] = {
+      Bytes(&hello, sizeof(hello)), Bytes(token.data(), token.size())};
+  MESHPOOL_RETURN_IF_ERROR(ep->channel_->Send(parts));
   // Broken: no goodbye, and no lane joins a link that brought no answer.
   auto fail = [&ep](absl::Status why) {
     ep->Break(why);
@@ -78,6 +79,15 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
       uint32_t magic = 0;
       if (m->size() == sizeof(magic))
         std::memcpy(&magic, m->data(), sizeof(magic));
+      if (magic == kUcHelloRefused) {
+        return fail(absl::PermissionDeniedError(absl::StrCat(
+            "the node at ", ep->address_,
+            token.empty() ? " requires a session token, which only its "
+                            "authenticated control plane hands out; connect "
+                            "with the cluster's TLS credentials"
+                          : " refused the session token (spent or expired); "
+                            "connect again")));
+      }
       if (magic != kUcHello) {
         return fail(absl::UnavailableError(absl::StrCat(
             "the peer at ", ep->address_, " is not a meshpool uc responder")));

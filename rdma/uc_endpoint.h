@@ -31,11 +31,14 @@ namespace meshpool::rdma::internal {
 class UcEndpoint : public Endpoint {
  public:
   // Opens a channel on `link` (a UDP socket or a UC QP connected to the
-  // node at `address`) and exchanges hellos with the responder.
-  // Unavailable when no responder answers within options.connect_timeout.
+  // node at `address`) and exchanges hellos with the responder, presenting
+  // `token` (kTokenBytes from the node's handshake; empty: none).
+  // Unavailable when no responder answers within options.connect_timeout;
+  // PermissionDenied when the node refuses the hello (it requires a token
+  // and this one was missing, spent or expired).
   static absl::StatusOr<std::unique_ptr<Endpoint>> Open(
       std::unique_ptr<UcLink> link, std::string address,
-      const UcOptions& options);
+      const UcOptions& options, absl::string_view token = {});
   ~UcEndpoint() override;  // says goodbye (best effort)
 
   // See rdma.h. Copies each WRITE's payload into the channel.

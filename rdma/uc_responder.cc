@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/tcp_wire.h"
+#include "rdma/tokens.h"
 
 namespace meshpool::rdma::internal {
 namespace {
@@ -47,7 +48,7 @@ bool SameAddress(const sockaddr_storage& a, socklen_t a_len,
 
 absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::Create(
     absl::string_view bind, const UcOptions& options,
-    std::shared_ptr<const RegionRegistry> registry) {
+    std::shared_ptr<const RegionRegistry> registry, Admit admit) {
   MESHPOOL_ASSIGN_OR_RETURN(HostPort where, ParseHostPort(bind, ""));
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd fd, BindUdp(where));
   MESHPOOL_ASSIGN_OR_RETURN(uint16_t port, BoundPort(fd.get()));
@@ -57,7 +58,7 @@ absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::Create(
                            : absl::StrCat("uc://", where.host, ":", port);
   return std::unique_ptr<UcResponder>(
       new UcResponder(std::move(fd), std::move(wake), std::move(address),
-                      options, std::move(registry)));
+                      options, std::move(registry), std::move(admit)));
 }
 
 absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::CreateForLinks(
@@ -66,14 +67,16 @@ absl::StatusOr<std::unique_ptr<UcResponder>> UcResponder::CreateForLinks(
   MESHPOOL_ASSIGN_OR_RETURN(WakePipe wake, WakePipe::Create());
   return std::unique_ptr<UcResponder>(
       new UcResponder(UniqueFd(), std::move(wake), std::move(address), options,
-                      std::move(registry)));
+                      std::move(registry), nullptr));
 }
 
 UcResponder::UcResponder(UniqueFd fd, WakePipe wake, std::string address,
                          const UcOptions& options,
-                         std::shared_ptr<const RegionRegistry> registry)
+                         std::shared_ptr<const RegionRegistry> registry,
+                         Admit admit)
     : options_(options),
       registry_(std::move(registry)),
+      admit_(std::move(admit)),
       address_(std::move(address)),
       fd_(std::move(fd)),
       wake_(std::move(wake)),
@@ -179,6 +182,7 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
     if (from.addr != nullptr) s.peer = *from.addr;
     s.peer_len = from.addr_len;
     s.last_frame = now;
+    s.opened = now;
     UcChannel::Options channel_options = ChannelOptions(options_, id);
     absl::StatusOr<UcChannel> channel =
         from.link != nullptr
@@ -221,12 +225,43 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
   s.channel->OnFrame(frame, now);
 }
 
+void UcResponder::AdmitSession(Session& s,
+                               const std::vector<uint8_t>& message) {
+  uint32_t magic = 0;
+  if (message.size() >= sizeof(magic)) {
+    std::memcpy(&magic, message.data(), sizeof(magic));
+  }
+  const bool token_sent = message.size() == sizeof(magic) + kTokenBytes;
+  if (magic != kUcHello || (message.size() != sizeof(magic) && !token_sent)) {
+    s.done = true;  // not a hello: end the session before any request
+    return;
+  }
+  // Sessions on a link were admitted by the handshake that made the link.
+  const bool needs_token = s.link == nullptr && admit_ != nullptr;
+  if (needs_token &&
+      !(token_sent &&
+        admit_(absl::string_view(
+            reinterpret_cast<const char*>(message.data() + sizeof(magic)),
+            kTokenBytes)))) {
+    const uint32_t refused = kUcHelloRefused;
+    (void)s.channel->Send({Bytes(&refused, sizeof(refused))});
+    s.closing = true;  // ends once the refusal is delivered
+    return;
+  }
+  s.admitted = true;
+  (void)s.channel->Send({Bytes(&magic, sizeof(magic))});
+}
+
 void UcResponder::Handle(Session& s, const std::vector<uint8_t>& message) {
   if (s.closing) return;  // refused a request: nothing more executes
+  if (!s.admitted) {
+    AdmitSession(s, message);
+    return;
+  }
   uint32_t magic = 0;
   if (message.size() == sizeof(magic)) {
     std::memcpy(&magic, message.data(), sizeof(magic));
-    if (magic == kUcHello) {
+    if (magic == kUcHello) {  // a hello again: answer it again
       (void)s.channel->Send({Bytes(&magic, sizeof(magic))});
       return;
     }
@@ -291,6 +326,10 @@ absl::Time UcResponder::PumpAll(absl::Time now) {
     if (!s.done && s.link != nullptr && !s.link->FlushSends()) s.done = true;
     if (s.closing && s.channel->idle()) s.done = true;  // denial delivered
     if (s.channel->idle() && now - s.last_frame > kUcSessionIdle) s.done = true;
+    // A session that never presented its hello holds no slot for long.
+    if (!s.admitted && !s.closing && now - s.opened > kUcHelloTimeout) {
+      s.done = true;
+    }
     if (s.done) {
       if (s.link != nullptr) {
         LinkEntry& entry = links_.at(s.link);

@@ -1,6 +1,8 @@
 // meshpool/rdma internal: the uc backend's node side. Serves one-sided
 // READ/WRITE/CAS/FAA on the memory of one RegionRegistry to every client
-// session that reaches it, each over its own UcChannel: sessions on its UDP
+// session that reaches it and opens with a hello (on the socket, with a
+// token `admit` accepts when the node requires one: rdma/uc_wire.h), each
+// over its own UcChannel: sessions on its UDP
 // socket (many clients, told apart by address and session id), and the
 // sessions on each link handed to it (a UC QP, one per client transport and
 // device, carrying that client's lanes: rdma/uc_link_mux.h).
@@ -24,6 +26,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,12 +57,16 @@ inline constexpr absl::Duration kUcLinkUnusedTimeout = absl::Seconds(10);
 
 class UcResponder {
  public:
+  // Whether a token presented in a hello on the socket admits its session.
+  using Admit = std::function<bool(absl::string_view token)>;
+
   // Binds `bind` ("host:port", port 0 = any free one) and serves the
-  // memory registered in `registry`. Errors: InvalidArgument (malformed
-  // bind), Unavailable / AlreadyExists / Internal from the OS.
+  // memory registered in `registry`. `admit` null: a hello needs no token.
+  // Errors: InvalidArgument (malformed bind), Unavailable / AlreadyExists /
+  // Internal from the OS.
   static absl::StatusOr<std::unique_ptr<UcResponder>> Create(
       absl::string_view bind, const UcOptions& options,
-      std::shared_ptr<const RegionRegistry> registry);
+      std::shared_ptr<const RegionRegistry> registry, Admit admit = nullptr);
   // A responder without a socket, serving only the links AddLink hands it;
   // `address` is what address() reports ("uc://NAME/INSTANCE").
   static absl::StatusOr<std::unique_ptr<UcResponder>> CreateForLinks(
@@ -89,13 +96,15 @@ class UcResponder {
     socklen_t peer_len;
     std::optional<UcChannel> channel;
     absl::Time last_frame;
+    absl::Time opened;
+    bool admitted = false;      // its hello was accepted
     bool closing = false;       // refused a request: ends once acknowledged
     bool done = false;          // ends now
     bool last_on_link = false;  // said kUcByeLast: its link goes with it
   };
   UcResponder(UniqueFd fd, WakePipe wake, std::string address,
               const UcOptions& options,
-              std::shared_ptr<const RegionRegistry> registry);
+              std::shared_ptr<const RegionRegistry> registry, Admit admit);
   struct LinkEntry {
     std::unique_ptr<UcLink> link;
     absl::Time unused_since;  // when it was added or lost its last session
@@ -112,6 +121,9 @@ class UcResponder {
   void Wait(absl::Time until);
   // Executes one message of `s` and queues its response.
   void Handle(Session& s, const std::vector<uint8_t>& message);
+  // The first message of `s`: admits it if it is a hello (with a token
+  // admit_ accepts, on the socket when the node requires one).
+  void AdmitSession(Session& s, const std::vector<uint8_t>& message);
   // Runs every session's channel; drops the sessions that ended, and the
   // links that broke, lost their session or were never used.
   absl::Time PumpAll(absl::Time now);
@@ -119,6 +131,7 @@ class UcResponder {
 
   const UcOptions options_;
   const std::shared_ptr<const RegionRegistry> registry_;
+  const Admit admit_;
   const std::string address_;
   UniqueFd fd_;  // invalid: links only
   WakePipe wake_;

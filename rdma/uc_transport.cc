@@ -1,7 +1,8 @@
 // The uc Transport: registrations in a RegionRegistry, a UcResponder once
 // Listen() is called, UcEndpoints for Connect() on a view of the one link
 // (UDP socket or UC QP; the devices opened on first need) the transport
-// keeps to each node while any lane uses it.
+// keeps to each node while any lane uses it, and with require_token the
+// book of session tokens its handshake issues and its UDP responder redeems.
 #include <functional>
 #include <iterator>
 #include <map>
@@ -16,11 +17,13 @@
 #include "common/common.h"
 #include "rdma/rdma.h"
 #include "rdma/region_registry.h"
+#include "rdma/tokens.h"
 #include "rdma/uc.h"
 #include "rdma/uc_endpoint.h"
 #include "rdma/uc_link.h"
 #include "rdma/uc_link_mux.h"
 #include "rdma/uc_responder.h"
+#include "rdma/uc_wire.h"
 #include "rdma/verbs_uc_link.h"
 
 namespace meshpool::rdma {
@@ -30,7 +33,9 @@ class UcTransport : public Transport {
  public:
   UcTransport(const UcOptions& options, uint64_t rkey_seed)
       : options_(options),
-        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)) {}
+        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)),
+        tokens_(options.require_token ? std::make_shared<internal::TokenBook>()
+                                      : nullptr) {}
 
   TransportKind kind() const override { return TransportKind::kUc; }
 
@@ -58,16 +63,33 @@ class UcTransport : public Transport {
           responder_,
           internal::UcResponder::CreateForLinks(address, options_, registry_));
     } else {
+      internal::UcResponder::Admit admit;
+      if (tokens_ != nullptr) {
+        admit = [tokens = tokens_](absl::string_view token) {
+          return tokens->Redeem(token, absl::Now());
+        };
+      }
       MESHPOOL_ASSIGN_OR_RETURN(
-          responder_, internal::UcResponder::Create(bind, options_, registry_));
+          responder_, internal::UcResponder::Create(bind, options_, registry_,
+                                                    std::move(admit)));
     }
     return responder_->address();
   }
 
-  // A client's UC QP handshake: a link for it, served by the responder.
+  // A client's UC QP handshake: a link for it, served by the responder. Or
+  // a UDP client's token request: a token, or nothing when none is needed.
   absl::StatusOr<std::string> AcceptHandshake(
       absl::string_view request) override {
     absl::MutexLock lock(&mu_);
+    if (request == internal::kUcTokenRequest) {
+      if (options_.link != UcLinkKind::kUdp) {
+        return absl::FailedPreconditionError(
+            "this uc transport serves UC queue pairs, whose handshake needs "
+            "no token; its address names how to reach it");
+      }
+      if (tokens_ == nullptr) return std::string();
+      return tokens_->Issue(absl::Now());
+    }
     if (responder_ == nullptr || options_.link != UcLinkKind::kVerbs) {
       return absl::FailedPreconditionError(
           "this uc transport does not serve UC queue pairs (it listens on "
@@ -106,6 +128,11 @@ class UcTransport : public Transport {
                        "': an IP address needs a port (uc://host:port); "
                        "uc://NAME names a node reached over UC queue pairs"));
     }
+    // A lane on UDP presents a token when the node hands one out.
+    std::string token;
+    if (rest.find(':') != absl::string_view::npos && handshake) {
+      MESHPOOL_ASSIGN_OR_RETURN(token, FetchToken(peer_address, handshake));
+    }
     // A lane joins the transport's link to this node; the first one (or
     // the first after the link was retired) makes it. A link the node no
     // longer knows (it restarted, or dropped the link while idle) answers
@@ -117,13 +144,38 @@ class UcTransport : public Transport {
           JoinLink(peer_address, rest, handshake, &joined));
       absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
           internal::UcEndpoint::Open(std::move(lane), std::string(peer_address),
-                                     options_);
+                                     options_, token);
       if (endpoint.ok() || !joined || attempt > 0) return endpoint;
+      // The token was spent on the lane that got no answer: another one.
+      if (!token.empty()) {
+        MESHPOOL_ASSIGN_OR_RETURN(token, FetchToken(peer_address, handshake));
+      }
     }
   }
 
  private:
   static constexpr absl::string_view kScheme = "uc://";
+
+  // The token a lane presents to the node at `peer_address` over UDP;
+  // empty when the node needs none (or has no handshake for it).
+  static absl::StatusOr<std::string> FetchToken(absl::string_view peer_address,
+                                                const Handshake& handshake) {
+    absl::StatusOr<std::string> reply = handshake(internal::kUcTokenRequest);
+    if (!reply.ok()) {
+      if (absl::IsUnimplemented(reply.status())) return std::string();
+      return absl::Status(
+          reply.status().code(),
+          absl::StrCat("no uc session token from ", peer_address, ": ",
+                       reply.status().message()));
+    }
+    if (!reply->empty() && reply->size() != internal::kTokenBytes) {
+      return absl::InternalError(
+          absl::StrCat(peer_address, " answered a uc token of ", reply->size(),
+                       " bytes, not ", internal::kTokenBytes,
+                       "; is it another meshpool version?"));
+    }
+    return reply;
+  }
 
   // The link shared by this transport's lanes to one node.
   struct PeerLink {
@@ -229,6 +281,8 @@ class UcTransport : public Transport {
 
   const UcOptions options_;
   const std::shared_ptr<internal::RegionRegistry> registry_;
+  // Null unless require_token; shared with the UDP responder's admission.
+  const std::shared_ptr<internal::TokenBook> tokens_;
   // Lock order: peers_mu_, then a PeerLink's mu, then mu_ (a link is made
   // under its PeerLink's lock and opens the devices under mu_). One lock
   // for both maps would be taken in both orders, which absl's deadlock

@@ -2,9 +2,9 @@
 // started with `meshpool certs init`'s certificates serves clients that
 // present one, refuses those without, binds a node's id to its certificate,
 // lets only a region's owner or an admin delete it, admits to a node's tcp
-// data port only connections that present a token its authenticated
-// handshake issued; and servers refuse to listen beyond loopback without
-// TLS unless told --insecure.
+// data port (and uc UDP socket) only connections (sessions) that present a
+// token its authenticated handshake issued; and servers refuse to listen beyond
+// loopback without TLS unless told --insecure.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@
 #include "proto/proto.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp_wire.h"
+#include "rdma/uc.h"
 #include "tests/raw_socket.h"
 #include "tests/safetensors_writer.h"
 #include "tests/shell_util.h"
@@ -177,6 +178,45 @@ TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
     }
   }
   // Certificate holders are served as before, their data intact.
+  auto got = (*client)->Get("guarded");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "value");
+  auto again = ConnectAs("client");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->Put("after", "the outsider").ok());
+}
+
+// The same over uc on UDP: a session whose hello brings no token from the
+// node's authenticated handshake is refused, certificate holders are
+// served.
+TEST_F(TlsClusterTest,
+       AUcSessionWithoutATokenIsRefusedCertificateHoldersAreServed) {
+  cluster_.reset();
+  tools::LocalClusterOptions options;
+  options.binary = MESHPOOL_BINARY;
+  options.nodes = 1;
+  options.capacity_bytes = 32 << 20;
+  options.node_args = {"--transport", "uc", "--no-shm"};
+  options.tls_dir = certs_;
+  auto cluster = tools::LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  cluster_ = *std::move(cluster);
+  auto client = ConnectAs("client");
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("guarded", "value").ok());
+  auto coordinator = CoordinatorAs("client");
+  ASSERT_NE(coordinator, nullptr);
+  auto map = coordinator->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->nodes_size(), 1);
+  const std::string& address = map->nodes(0).info().transport_addresses(0);
+  ASSERT_TRUE(absl::StartsWith(address, "uc://127.0.0.1:")) << address;
+  auto outsider = rdma::CreateUcTransport();
+  ASSERT_TRUE(outsider.ok()) << outsider.status();
+  auto ep = (*outsider)->Connect(address, nullptr);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), absl::StatusCode::kPermissionDenied)
+      << ep.status();
   auto got = (*client)->Get("guarded");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "value");

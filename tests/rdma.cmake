@@ -11,12 +11,13 @@ meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc
   LIBS meshpool_rdma)
 # The uc backend: its reliable channel over a simulated lossy link, and the
-# backend over UDP on loopback (loss, a silent node, junk datagrams).
+# backend over UDP on loopback (loss, a silent node, junk datagrams, token
+# admission).
 meshpool_test(rdma_uc_channel_test
   SOURCES rdma_uc_channel_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_uc_test
-  SOURCES rdma_uc_test.cc
+  SOURCES rdma_uc_test.cc rdma_uc_admission_test.cc
   LIBS meshpool_rdma)
 # The shm backend beyond the contract; the process tests re-execute the
 # binary as a second client or a node that gets killed.

@@ -21,8 +21,8 @@
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp.h"
-#include "rdma/tcp_tokens.h"
 #include "rdma/tcp_wire.h"
+#include "rdma/tokens.h"
 #include "tests/raw_socket.h"
 
 namespace meshpool::rdma {
@@ -276,7 +276,7 @@ TEST_F(TcpAdmissionTest,
   Start(options);
   for (const std::string& frames :
        {Frame(Opcode::kWrite, 64, 0), Frame(Opcode::kRead, 64, 0),
-        Hello(std::string(internal::kTcpTokenBytes, 'x')) +
+        Hello(std::string(internal::kTokenBytes, 'x')) +
             Frame(Opcode::kWrite, 64, 0)}) {
     RawSocket raw(port_);
     ASSERT_TRUE(raw.connected());
@@ -301,7 +301,7 @@ TEST_F(TcpAdmissionTest, WithTokensEachTokenAdmitsOneConnection) {
   absl::StatusOr<std::string> token =
       node_->AcceptHandshake(internal::kTcpTokenRequest);
   ASSERT_TRUE(token.ok()) << token.status();
-  ASSERT_EQ(token->size(), internal::kTcpTokenBytes);
+  ASSERT_EQ(token->size(), internal::kTokenBytes);
   const std::string frames = Hello(*token) + Frame(Opcode::kWrite, 64, 0) +
                              Frame(Opcode::kRead, 64, 0);
   {
@@ -355,8 +355,8 @@ TEST_F(TcpAdmissionTest, WithoutTokensTheHandshakeSaysNoneIsNeeded) {
   EXPECT_TRUE(ReadWorks(**ep).ok());
 }
 
-TEST(TcpTokenBookTest, ATokenWorksOnceAndExpires) {
-  internal::TcpTokenBook book;
+TEST(TokenBookTest, ATokenWorksOnceAndExpires) {
+  internal::TokenBook book;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   absl::StatusOr<std::string> a = book.Issue(t0);
   absl::StatusOr<std::string> b = book.Issue(t0);
@@ -364,20 +364,20 @@ TEST(TcpTokenBookTest, ATokenWorksOnceAndExpires) {
   EXPECT_NE(*a, *b);
   EXPECT_TRUE(book.Redeem(*a, t0 + absl::Seconds(1)));
   EXPECT_FALSE(book.Redeem(*a, t0 + absl::Seconds(1))) << "spent";
-  EXPECT_FALSE(book.Redeem(*b, t0 + internal::kTcpTokenTtl)) << "expired";
-  EXPECT_FALSE(book.Redeem(std::string(internal::kTcpTokenBytes, '\0'), t0));
+  EXPECT_FALSE(book.Redeem(*b, t0 + internal::kTokenTtl)) << "expired";
+  EXPECT_FALSE(book.Redeem(std::string(internal::kTokenBytes, '\0'), t0));
   EXPECT_EQ(book.outstanding(), 0u);
 }
 
-TEST(TcpTokenBookTest, OutstandingTokensAreCappedUntilTheyExpire) {
-  internal::TcpTokenBook book;
+TEST(TokenBookTest, OutstandingTokensAreCappedUntilTheyExpire) {
+  internal::TokenBook book;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  for (size_t i = 0; i < internal::kMaxTcpTokens; ++i) {
+  for (size_t i = 0; i < internal::kMaxTokens; ++i) {
     ASSERT_TRUE(book.Issue(t0).ok()) << i;
   }
   EXPECT_EQ(book.Issue(t0 + absl::Seconds(1)).status().code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(book.Issue(t0 + internal::kTcpTokenTtl).ok());
+  EXPECT_TRUE(book.Issue(t0 + internal::kTokenTtl).ok());
   EXPECT_EQ(book.outstanding(), 1u);
 }
 

@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
   if (kind == "uc") {
     MESHPOOL_ASSIGN_OR_RETURN(rdma::UcOptions options,
                               UcOptionsFromFlags(flags));
+    options.require_token = authenticated;
     return rdma::CreateUcTransport(options);
   }
   MESHPOOL_ASSIGN_OR_RETURN(rdma::VerbsOptions options,

@@ -43,9 +43,9 @@ absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
 absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags);
 
 // A node's transport: TCP, uc or verbs as the flags configure it. With
-// `authenticated` (the node's control plane runs TLS) a tcp node admits
-// only connections that present a token from its handshake
-// (rdma::TcpOptions::require_token).
+// `authenticated` (the node's control plane runs TLS) a tcp or uc-on-UDP
+// node admits only connections and sessions that present a token from its
+// handshake (rdma::TcpOptions::require_token, UcOptions::require_token).
 absl::StatusOr<std::unique_ptr<rdma::Transport>> NodeTransportFromFlags(
     const Flags& flags, bool authenticated);
 

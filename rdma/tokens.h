@@ -1,17 +1,18 @@
-// meshpool/rdma internal: the tokens that admit tcp connections to a node
-// that requires them (TcpOptions::require_token).
+// meshpool/rdma internal: the tokens that admit data-plane connections to a
+// node that requires them (TcpOptions::require_token: tcp connections;
+// UcOptions::require_token: uc sessions on the node's UDP socket).
 //
 // A client obtains a token through the node's authenticated control plane
-// (the transport handshake: Issue) and presents it as the first bytes of a
-// new connection (TcpHello, tcp_wire.h); the responder admits the
-// connection only if Redeem accepts it. A token is 16 random bytes, works
-// once, and expires kTcpTokenTtl after it was issued; at most
-// kMaxTcpTokens are outstanding, so clients that ask and never connect
+// (the transport handshake: Issue) and presents it first on a new
+// connection or session (TcpHello, tcp_wire.h; the uc hello, uc_wire.h);
+// the responder admits it only if Redeem accepts the token. A token is 16
+// random bytes, works once, and expires kTokenTtl after it was issued; at
+// most kMaxTokens are outstanding, so clients that ask and never connect
 // cannot grow the book.
 //
 // Thread-safe.
-#ifndef MESHPOOL_RDMA_TCP_TOKENS_H_
-#define MESHPOOL_RDMA_TCP_TOKENS_H_
+#ifndef MESHPOOL_RDMA_TOKENS_H_
+#define MESHPOOL_RDMA_TOKENS_H_
 
 #include <cstddef>
 #include <string>
@@ -26,16 +27,16 @@
 
 namespace meshpool::rdma::internal {
 
-inline constexpr size_t kTcpTokenBytes = 16;
-inline constexpr absl::Duration kTcpTokenTtl = absl::Seconds(30);
-inline constexpr size_t kMaxTcpTokens = 4096;
-static_assert(kTcpTokenBytes >= 16 && kTcpTokenBytes % 8 == 0,
+inline constexpr size_t kTokenBytes = 16;
+inline constexpr absl::Duration kTokenTtl = absl::Seconds(30);
+inline constexpr size_t kMaxTokens = 4096;
+static_assert(kTokenBytes >= 16 && kTokenBytes % 8 == 0,
               "tokens must not be guessable; made of 8-byte words");
 
-class TcpTokenBook {
+class TokenBook {
  public:
-  // A fresh token, valid until now + kTcpTokenTtl. ResourceExhausted when
-  // kMaxTcpTokens unexpired tokens are outstanding (retry shortly).
+  // A fresh token, valid until now + kTokenTtl. ResourceExhausted when
+  // kMaxTokens unexpired tokens are outstanding (retry shortly).
   absl::StatusOr<std::string> Issue(absl::Time now);
 
   // Whether `token` was issued, is unexpired at `now` and not yet redeemed;
@@ -54,4 +55,4 @@ class TcpTokenBook {
 
 }  // namespace meshpool::rdma::internal
 
-#endif  // MESHPOOL_RDMA_TCP_TOKENS_H_
+#endif  // MESHPOOL_RDMA_TOKENS_H_

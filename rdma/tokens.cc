@@ -1,4 +1,4 @@
-#include "rdma/tcp_tokens.h"
+#include "rdma/tokens.h"
 
 #include <cstdint>
 #include <cstring>
@@ -7,26 +7,26 @@
 
 namespace meshpool::rdma::internal {
 
-absl::StatusOr<std::string> TcpTokenBook::Issue(absl::Time now) {
+absl::StatusOr<std::string> TokenBook::Issue(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  if (expiry_.size() >= kMaxTcpTokens) DropExpiredLocked(now);
-  if (expiry_.size() >= kMaxTcpTokens) {
+  if (expiry_.size() >= kMaxTokens) DropExpiredLocked(now);
+  if (expiry_.size() >= kMaxTokens) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        kMaxTcpTokens,
+        kMaxTokens,
         " tcp connection tokens are outstanding, issued and not yet used; "
         "retry in a few seconds"));
   }
-  std::string token(kTcpTokenBytes, '\0');
+  std::string token(kTokenBytes, '\0');
   while (true) {
-    for (size_t i = 0; i < kTcpTokenBytes; i += 8) {
+    for (size_t i = 0; i < kTokenBytes; i += 8) {
       const uint64_t word = absl::Uniform<uint64_t>(gen_);
       std::memcpy(token.data() + i, &word, 8);
     }
-    if (expiry_.emplace(token, now + kTcpTokenTtl).second) return token;
+    if (expiry_.emplace(token, now + kTokenTtl).second) return token;
   }
 }
 
-bool TcpTokenBook::Redeem(absl::string_view token, absl::Time now) {
+bool TokenBook::Redeem(absl::string_view token, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = expiry_.find(token);
   if (it == expiry_.end()) return false;
@@ -35,12 +35,12 @@ bool TcpTokenBook::Redeem(absl::string_view token, absl::Time now) {
   return live;
 }
 
-size_t TcpTokenBook::outstanding() const {
+size_t TokenBook::outstanding() const {
   absl::MutexLock lock(&mu_);
   return expiry_.size();
 }
 
-void TcpTokenBook::DropExpiredLocked(absl::Time now) {
+void TokenBook::DropExpiredLocked(absl::Time now) {
   absl::erase_if(expiry_,
                  [now](const auto& entry) { return entry.second <= now; });
 }
