@@ -238,6 +238,14 @@ grpc::Status CoordinatorService::RenameRegion(grpc::ServerContext* context,
   if (!from.ok()) return ToGrpc(from.status());
   absl::StatusOr<std::string> to = scope.Stored(request->to());
   if (!to.ok()) return ToGrpc(to.status());
+  // Nodes reserve a region's memory for its tenant: it cannot change hands.
+  if (TenantOfRegion(*from) != TenantOfRegion(*to)) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "a region stays in its tenant: '", request->from(), "' and '",
+        request->to(),
+        "' belong to different tenants; create the region in the other "
+        "tenant and copy its bytes")));
+  }
   return ToGrpc(
       regions_->Rename(*from, *to, request->replace(), OnlyOwner(*context)));
 }

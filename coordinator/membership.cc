@@ -200,6 +200,10 @@ absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
   proto::RegisterNodeReply reply;
   reply.set_node_id(entry.info().node_id());
   reply.set_epoch(epoch_);
+  if (forget_dead_after_ > absl::ZeroDuration()) {
+    reply.set_forgotten_after_ms(static_cast<uint64_t>(
+        absl::ToInt64Milliseconds(dead_after_ + forget_dead_after_)));
+  }
   return reply;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "coordinator/tenants.h"
 
 namespace meshpool::coordinator {
 
@@ -247,6 +248,7 @@ absl::Status RegionTable::Allocate(proto::RegionInfo& info,
     request.set_incarnation(nodes[i].incarnation());
     request.set_stripe_bytes(info.stripe_bytes());
     request.set_stripes(copies[i]);
+    request.set_tenant(std::string(TenantOfRegion(info.name())));
     replies[i] = nodes_->Allocate(nodes[i], request);
   });
   absl::Status first;

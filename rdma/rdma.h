@@ -51,6 +51,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -163,6 +164,23 @@ class Endpoint {
 using Handshake =
     std::function<absl::StatusOr<std::string>(const std::string& request)>;
 
+// Whom a node's authenticated control plane admitted a data-plane caller
+// as (node side, set when the caller's handshake is answered): what it may
+// touch of memory reserved for a tenant (Transport::ReserveForTenant).
+struct DataAccess {
+  // Every registered byte: callers of a node without TLS, coordinators,
+  // admins without a tenant, the node itself.
+  bool unrestricted = true;
+  // Otherwise: of reserved memory, only this tenant's ("" = the callers
+  // without a tenant); unreserved memory as any caller.
+  std::string tenant;
+
+  static DataAccess Unrestricted() { return {}; }
+  static DataAccess ForTenant(std::string tenant) {
+    return {false, std::move(tenant)};
+  }
+};
+
 // Which backend a Transport is.
 enum class TransportKind : uint8_t { kTcp, kVerbs, kShm, kSim, kUc };
 // Its name: the scheme of its addresses ("tcp" for "tcp://...") and what
@@ -188,11 +206,34 @@ class Transport {
   // FailedPrecondition if already listening.
   virtual absl::StatusOr<std::string> Listen(absl::string_view bind) = 0;
 
-  // Node side: answers a client's Handshake request. Default: Unimplemented.
+  // Node side: answers a client's Handshake request; what the connection
+  // it sets up may touch is `access` (on backends that enforce
+  // reservations). Default: Unimplemented.
   virtual absl::StatusOr<std::string> AcceptHandshake(
-      absl::string_view request) {
+      absl::string_view request, const DataAccess& access) {
     return absl::UnimplementedError("transport needs no handshake");
   }
+
+  // Node side: reserves [addr, addr+length) of registered memory for
+  // `tenant` until EndReservation(addr) or another reservation over those
+  // bytes (which takes them over; what it does not cover stays reserved as
+  // it was): a request that touches it from a connection admitted for
+  // another tenant is refused (PermissionDenied at the client) before any
+  // byte moves. Enforced by tcp and uc, whose responders see every request
+  // (enforces_reservations()); verbs, shm and sim accept and ignore it
+  // (their peers reach the memory without the node's CPU; docs/security.md
+  // says what each transport isolates). Errors: InvalidArgument (empty or
+  // wrapping range).
+  virtual absl::Status ReserveForTenant(const void* addr, size_t length,
+                                        absl::string_view tenant) {
+    if (addr == nullptr || length == 0) {
+      return absl::InvalidArgumentError(
+          "ReserveForTenant needs a non-null address and a non-zero length");
+    }
+    return absl::OkStatus();
+  }
+  virtual void EndReservation(const void* addr) {}
+  virtual bool enforces_reservations() const { return false; }
 
   // Client side: opens one endpoint to `peer_address`. Unavailable when the
   // peer cannot be reached; InvalidArgument for a malformed address.

@@ -1,6 +1,7 @@
 #include "rdma/region_registry.h"
 
 #include <atomic>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
@@ -38,10 +39,10 @@ void RegionRegistry::Remove(uint32_t rkey) {
   regions_.erase(rkey);
 }
 
-absl::StatusOr<uint8_t*> RegionRegistry::Resolve(uint32_t rkey,
-                                                 uint64_t remote_addr,
-                                                 uint64_t length) const {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<uint8_t*> RegionRegistry::Resolve(
+    uint32_t rkey, uint64_t remote_addr, uint64_t length,
+    const DataAccess& access) const {
+  absl::ReaderMutexLock lock(&mu_);
   auto it = regions_.find(rkey);
   if (it == regions_.end()) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -56,7 +57,68 @@ absl::StatusOr<uint8_t*> RegionRegistry::Resolve(uint32_t rkey,
         "remote range [", remote_addr, ", +", length,
         ") is outside the region of rkey ", rkey, "; check the address"));
   }
+  if (!access.unrestricted &&
+      TouchesOthersLocked(remote_addr, length, access.tenant)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "remote range [", remote_addr, ", +", length,
+        ") holds another tenant's memory; address your own regions"));
+  }
   return reinterpret_cast<uint8_t*>(remote_addr);
+}
+
+bool RegionRegistry::TouchesOthersLocked(uint64_t addr, uint64_t length,
+                                         absl::string_view tenant) const {
+  if (reservations_.empty()) return false;
+  const uint64_t end = addr + length;  // inside a registration: no wrap
+  // The reservation starting at or before addr, then every one starting
+  // before end.
+  auto it = reservations_.upper_bound(addr);
+  if (it != reservations_.begin()) {
+    auto before = std::prev(it);
+    if (before->second.end > addr && before->second.tenant != tenant) {
+      return true;
+    }
+  }
+  for (; it != reservations_.end() && it->first < end; ++it) {
+    if (it->second.tenant != tenant) return true;
+  }
+  return false;
+}
+
+absl::Status RegionRegistry::Reserve(const void* addr, size_t length,
+                                     absl::string_view tenant) {
+  const uint64_t begin = reinterpret_cast<uint64_t>(addr);
+  if (addr == nullptr || length == 0 || begin + length < begin) {
+    return absl::InvalidArgumentError(
+        "ReserveForTenant needs a non-null, non-empty range that does not "
+        "wrap around");
+  }
+  const uint64_t end = begin + length;
+  absl::MutexLock lock(&mu_);
+  // Reservations the new one overlaps keep what lies outside it.
+  auto it = reservations_.upper_bound(begin);
+  if (it != reservations_.begin() && std::prev(it)->second.end > begin) {
+    it = std::prev(it);
+  }
+  while (it != reservations_.end() && it->first < end) {
+    if (it->second.end > end) {
+      reservations_.emplace(end,
+                            Reservation{it->second.end, it->second.tenant});
+    }
+    if (it->first < begin) {
+      it->second.end = begin;
+      ++it;
+    } else {
+      it = reservations_.erase(it);
+    }
+  }
+  reservations_.emplace(begin, Reservation{end, std::string(tenant)});
+  return absl::OkStatus();
+}
+
+void RegionRegistry::EndReservation(const void* addr) {
+  absl::MutexLock lock(&mu_);
+  reservations_.erase(reinterpret_cast<uint64_t>(addr));
 }
 
 absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisteredRegion::Create(
@@ -133,7 +195,8 @@ uint64_t ExecuteAtomic(Opcode op, uint8_t* word, uint64_t compare_add,
 }
 
 RequestVerdict CheckRequest(const RequestHeader& h, uint32_t max_request_bytes,
-                            const RegionRegistry& registry, uint8_t** target) {
+                            const RegionRegistry& registry,
+                            const DataAccess& access, uint8_t** target) {
   if (h.magic != kRequestMagic || !IsKnownOpcode(h.opcode)) {
     return RequestVerdict::kMalformed;
   }
@@ -146,7 +209,7 @@ RequestVerdict CheckRequest(const RequestHeader& h, uint32_t max_request_bytes,
     return RequestVerdict::kMalformed;
   }
   absl::StatusOr<uint8_t*> where =
-      registry.Resolve(h.rkey, h.remote_addr, h.length);
+      registry.Resolve(h.rkey, h.remote_addr, h.length, access);
   if (!where.ok()) return RequestVerdict::kDenied;
   *target = *where;
   return RequestVerdict::kExecute;

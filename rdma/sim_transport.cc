@@ -319,7 +319,8 @@ absl::Status SimFabricImpl::Execute(const SimNode& node, uint64_t generation,
   MESHPOOL_RETURN_IF_ERROR(CheckAliveLocked(node, generation));
   MESHPOOL_ASSIGN_OR_RETURN(
       uint8_t * target,
-      node.registry->Resolve(wr.rkey, wr.remote_addr, wr.length));
+      node.registry->Resolve(wr.rkey, wr.remote_addr, wr.length,
+                             DataAccess::Unrestricted()));
   switch (wr.opcode) {
     case Opcode::kRead:
       std::memmove(wr.local, target, wr.length);

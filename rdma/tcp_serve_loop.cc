@@ -26,7 +26,8 @@
 // busy peer cannot starve the others of the loop.
 //
 // With Limits::admit, a connection's first bytes must be a TcpHello whose
-// token admit() accepts; anything else closes it before a request is read,
+// token admit() accepts (its requests then run as the DataAccess admit()
+// returns); anything else closes it before a request is read,
 // and until the hello it counts as work under way (below), so a peer that
 // connects and sends nothing is closed after stall_timeout.
 //
@@ -57,6 +58,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -139,6 +141,7 @@ struct TcpServeLoop::Conn {
   bool reading = true;    // false once a request was denied or the peer
                           // shut its sending side
   bool admitted = true;   // false until the hello, where one is required
+  DataAccess access;      // what the hello's token admitted it as
   RequestHeader write{};  // the WRITE whose payload is arriving
   uint8_t* payload_at = nullptr;
   size_t payload_left = 0;
@@ -353,10 +356,14 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
         c.in_begin += sizeof(hello);
         const absl::string_view token(
             reinterpret_cast<const char*>(hello.token), sizeof(hello.token));
-        if (hello.magic != kHelloMagic || hello.reserved != 0 ||
-            !limits_.admit(token)) {
+        std::optional<DataAccess> access;
+        if (hello.magic == kHelloMagic && hello.reserved == 0) {
+          access = limits_.admit(token);
+        }
+        if (!access.has_value()) {
           return Outcome::kClose;  // before any request is read
         }
+        c.access = *std::move(access);
         c.admitted = true;
         continue;
       }
@@ -400,7 +407,8 @@ TcpServeLoop::Outcome TcpServeLoop::PeerDoneSending(Conn& c) {
 
 TcpServeLoop::Outcome TcpServeLoop::Execute(Conn& c, const RequestHeader& h) {
   uint8_t* target = nullptr;
-  switch (CheckRequest(h, limits_.max_request_bytes, *registry_, &target)) {
+  switch (CheckRequest(h, limits_.max_request_bytes, *registry_, c.access,
+                       &target)) {
     case RequestVerdict::kMalformed:
       return Outcome::kClose;
     case RequestVerdict::kDenied:

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,9 +48,10 @@ struct TcpConnInfo {
 
 class TcpServeLoop {
  public:
-  // Whether the token a connection's TcpHello presents admits it. Called
-  // on the loop's thread; must be thread-safe.
-  using Admit = std::function<bool(absl::string_view token)>;
+  // Whom the token a connection's TcpHello presents admits it as; nullopt:
+  // it is not admitted. Called on the loop's thread; must be thread-safe.
+  using Admit =
+      std::function<std::optional<DataAccess>(absl::string_view token)>;
   struct Limits {
     // Requests asking for more bytes close their connection.
     uint32_t max_request_bytes = 0;
@@ -59,7 +61,8 @@ class TcpServeLoop {
     absl::Duration stall_timeout = absl::Seconds(10);
     // Set: a connection must open with a TcpHello whose token this accepts;
     // one that opens with anything else is closed before any request is
-    // read. Empty: connections are served from their first byte.
+    // read. Empty: connections are served from their first byte, with
+    // unrestricted access.
     Admit admit;
   };
   // Called on the loop's thread (or the destructor's) once a connection is

@@ -19,20 +19,15 @@
 namespace meshpool::rdma {
 namespace {
 
-class TcpTransport : public Transport {
+class TcpTransport : public internal::RegistryTransport {
  public:
   explicit TcpTransport(const TcpOptions& options, uint64_t rkey_seed)
-      : options_(options),
-        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)),
+      : RegistryTransport(rkey_seed),
+        options_(options),
         tokens_(options.require_token ? std::make_shared<internal::TokenBook>()
                                       : nullptr) {}
 
   TransportKind kind() const override { return TransportKind::kTcp; }
-
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
-      void* addr, size_t length) override {
-    return internal::RegisteredRegion::Create(registry_, addr, length);
-  }
 
   absl::StatusOr<std::string> Listen(absl::string_view bind) override {
     absl::MutexLock lock(&mu_);
@@ -59,14 +54,14 @@ class TcpTransport : public Transport {
 
   // The token a client presents; empty: this node admits without one.
   absl::StatusOr<std::string> AcceptHandshake(
-      absl::string_view request) override {
+      absl::string_view request, const DataAccess& access) override {
     if (request != internal::kTcpTokenRequest) {
       return absl::InvalidArgumentError(
           "not a tcp token request; is the client another meshpool "
           "version?");
     }
     if (tokens_ == nullptr) return std::string();
-    return tokens_->Issue(absl::Now());
+    return tokens_->Issue(absl::Now(), access);
   }
 
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
@@ -95,7 +90,6 @@ class TcpTransport : public Transport {
 
  private:
   const TcpOptions options_;
-  const std::shared_ptr<internal::RegionRegistry> registry_;
   // Null unless require_token; shared with the responder's admission.
   const std::shared_ptr<internal::TokenBook> tokens_;
   absl::Mutex mu_;

@@ -2,18 +2,20 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace meshpool::rdma::internal {
 
-absl::StatusOr<std::string> TokenBook::Issue(absl::Time now) {
+absl::StatusOr<std::string> TokenBook::Issue(absl::Time now,
+                                             DataAccess access) {
   absl::MutexLock lock(&mu_);
-  if (expiry_.size() >= kMaxTokens) DropExpiredLocked(now);
-  if (expiry_.size() >= kMaxTokens) {
+  if (issued_.size() >= kMaxTokens) DropExpiredLocked(now);
+  if (issued_.size() >= kMaxTokens) {
     return absl::ResourceExhaustedError(absl::StrCat(
         kMaxTokens,
-        " tcp connection tokens are outstanding, issued and not yet used; "
+        " connection tokens are outstanding, issued and not yet used; "
         "retry in a few seconds"));
   }
   std::string token(kTokenBytes, '\0');
@@ -22,27 +24,31 @@ absl::StatusOr<std::string> TokenBook::Issue(absl::Time now) {
       const uint64_t word = absl::Uniform<uint64_t>(gen_);
       std::memcpy(token.data() + i, &word, 8);
     }
-    if (expiry_.emplace(token, now + kTokenTtl).second) return token;
+    if (issued_.try_emplace(token, Issued{now + kTokenTtl, access}).second) {
+      return token;
+    }
   }
 }
 
-bool TokenBook::Redeem(absl::string_view token, absl::Time now) {
+std::optional<DataAccess> TokenBook::Redeem(absl::string_view token,
+                                            absl::Time now) {
   absl::MutexLock lock(&mu_);
-  auto it = expiry_.find(token);
-  if (it == expiry_.end()) return false;
-  const bool live = now < it->second;
-  expiry_.erase(it);
-  return live;
+  auto it = issued_.find(token);
+  if (it == issued_.end()) return std::nullopt;
+  std::optional<DataAccess> access;
+  if (now < it->second.expiry) access = std::move(it->second.access);
+  issued_.erase(it);
+  return access;
 }
 
 size_t TokenBook::outstanding() const {
   absl::MutexLock lock(&mu_);
-  return expiry_.size();
+  return issued_.size();
 }
 
 void TokenBook::DropExpiredLocked(absl::Time now) {
-  absl::erase_if(expiry_,
-                 [now](const auto& entry) { return entry.second <= now; });
+  absl::erase_if(
+      issued_, [now](const auto& entry) { return entry.second.expiry <= now; });
 }
 
 }  // namespace meshpool::rdma::internal

@@ -15,6 +15,7 @@
 #define MESHPOOL_RDMA_TOKENS_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rdma/rdma.h"
 
 namespace meshpool::rdma::internal {
 
@@ -35,13 +37,14 @@ static_assert(kTokenBytes >= 16 && kTokenBytes % 8 == 0,
 
 class TokenBook {
  public:
-  // A fresh token, valid until now + kTokenTtl. ResourceExhausted when
-  // kMaxTokens unexpired tokens are outstanding (retry shortly).
-  absl::StatusOr<std::string> Issue(absl::Time now);
+  // A fresh token, valid until now + kTokenTtl, admitting its connection
+  // as `access`. ResourceExhausted when kMaxTokens unexpired tokens are
+  // outstanding (retry shortly).
+  absl::StatusOr<std::string> Issue(absl::Time now, DataAccess access);
 
-  // Whether `token` was issued, is unexpired at `now` and not yet redeemed;
-  // it is spent either way.
-  bool Redeem(absl::string_view token, absl::Time now);
+  // The access `token` was issued with when it was issued, is unexpired at
+  // `now` and not yet redeemed; nullopt otherwise. It is spent either way.
+  std::optional<DataAccess> Redeem(absl::string_view token, absl::Time now);
 
   size_t outstanding() const;
 
@@ -49,7 +52,11 @@ class TokenBook {
   void DropExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, absl::Time> expiry_ ABSL_GUARDED_BY(mu_);
+  struct Issued {
+    absl::Time expiry;
+    DataAccess access;
+  };
+  absl::flat_hash_map<std::string, Issued> issued_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -85,10 +85,13 @@ UcResponder::UcResponder(UniqueFd fd, WakePipe wake, std::string address,
   thread_ = std::thread([this] { Loop(); });
 }
 
-void UcResponder::AddLink(std::unique_ptr<UcLink> link) {
+void UcResponder::AddLink(std::unique_ptr<UcLink> link, DataAccess access) {
   {
     absl::MutexLock lock(&mu_);
-    added_.push_back(std::move(link));
+    LinkEntry entry;
+    entry.link = std::move(link);
+    entry.access = std::move(access);
+    added_.push_back(std::move(entry));
   }
   wake_.Wake();
 }
@@ -108,9 +111,10 @@ void UcResponder::Loop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      for (std::unique_ptr<UcLink>& link : added_) {
-        UcLink* raw = link.get();
-        links_[raw] = LinkEntry{std::move(link), now};
+      for (LinkEntry& entry : added_) {
+        UcLink* raw = entry.link.get();
+        entry.unused_since = now;
+        links_[raw] = std::move(entry);
       }
       added_.clear();
     }
@@ -238,15 +242,22 @@ void UcResponder::AdmitSession(Session& s,
   }
   // Sessions on a link were admitted by the handshake that made the link.
   const bool needs_token = s.link == nullptr && admit_ != nullptr;
-  if (needs_token &&
-      !(token_sent &&
-        admit_(absl::string_view(
-            reinterpret_cast<const char*>(message.data() + sizeof(magic)),
-            kTokenBytes)))) {
+  std::optional<DataAccess> access;
+  if (needs_token && token_sent) {
+    access = admit_(absl::string_view(
+        reinterpret_cast<const char*>(message.data() + sizeof(magic)),
+        kTokenBytes));
+  }
+  if (needs_token && !access.has_value()) {
     const uint32_t refused = kUcHelloRefused;
     (void)s.channel->Send({Bytes(&refused, sizeof(refused))});
     s.closing = true;  // ends once the refusal is delivered
     return;
+  }
+  if (s.link != nullptr) {
+    s.access = links_.at(s.link).access;
+  } else if (needs_token) {
+    s.access = *std::move(access);
   }
   s.admitted = true;
   (void)s.channel->Send({Bytes(&magic, sizeof(magic))});
@@ -278,8 +289,8 @@ void UcResponder::Handle(Session& s, const std::vector<uint8_t>& message) {
   }
   std::memcpy(&h, message.data(), sizeof(h));
   uint8_t* target = nullptr;
-  const RequestVerdict verdict =
-      CheckRequest(h, options_.max_request_bytes, *registry_, &target);
+  const RequestVerdict verdict = CheckRequest(h, options_.max_request_bytes,
+                                              *registry_, s.access, &target);
   const auto op = static_cast<Opcode>(h.opcode);
   const size_t payload = message.size() - sizeof(h);
   if (verdict == RequestVerdict::kMalformed ||

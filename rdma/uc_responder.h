@@ -57,11 +57,14 @@ inline constexpr absl::Duration kUcLinkUnusedTimeout = absl::Seconds(10);
 
 class UcResponder {
  public:
-  // Whether a token presented in a hello on the socket admits its session.
-  using Admit = std::function<bool(absl::string_view token)>;
+  // Whom a token presented in a hello on the socket admits its session as;
+  // nullopt: it is not admitted.
+  using Admit =
+      std::function<std::optional<DataAccess>(absl::string_view token)>;
 
   // Binds `bind` ("host:port", port 0 = any free one) and serves the
-  // memory registered in `registry`. `admit` null: a hello needs no token.
+  // memory registered in `registry`. `admit` null: a hello needs no token
+  // and sessions on the socket have unrestricted access.
   // Errors: InvalidArgument (malformed bind), Unavailable / AlreadyExists /
   // Internal from the OS.
   static absl::StatusOr<std::unique_ptr<UcResponder>> Create(
@@ -79,9 +82,10 @@ class UcResponder {
   // "uc://host:port" with the port actually bound, or "uc://NAME/INSTANCE".
   const std::string& address() const { return address_; }
 
-  // Serves the next session that opens on `link` (connected to one client
-  // endpoint). Takes effect at the loop's next turn.
-  void AddLink(std::unique_ptr<UcLink> link);
+  // Serves the sessions that open on `link` (connected to one client
+  // transport), with `access` (whom the handshake that made the link
+  // admitted). Takes effect at the loop's next turn.
+  void AddLink(std::unique_ptr<UcLink> link, DataAccess access);
 
  private:
   // Where a frame came from: a link, or the socket and an address.
@@ -98,6 +102,7 @@ class UcResponder {
     absl::Time last_frame;
     absl::Time opened;
     bool admitted = false;      // its hello was accepted
+    DataAccess access;          // whom it was admitted as
     bool closing = false;       // refused a request: ends once acknowledged
     bool done = false;          // ends now
     bool last_on_link = false;  // said kUcByeLast: its link goes with it
@@ -107,6 +112,7 @@ class UcResponder {
               std::shared_ptr<const RegionRegistry> registry, Admit admit);
   struct LinkEntry {
     std::unique_ptr<UcLink> link;
+    DataAccess access;
     absl::Time unused_since;  // when it was added or lost its last session
     size_t sessions = 0;
     bool broken = false;
@@ -144,7 +150,7 @@ class UcResponder {
   std::vector<pollfd> poll_fds_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::unique_ptr<UcLink>> added_ ABSL_GUARDED_BY(mu_);
+  std::vector<LinkEntry> added_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: started once everything above exists
 };
 

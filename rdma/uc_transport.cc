@@ -29,20 +29,15 @@
 namespace meshpool::rdma {
 namespace {
 
-class UcTransport : public Transport {
+class UcTransport : public internal::RegistryTransport {
  public:
   UcTransport(const UcOptions& options, uint64_t rkey_seed)
-      : options_(options),
-        registry_(std::make_shared<internal::RegionRegistry>(rkey_seed)),
+      : RegistryTransport(rkey_seed),
+        options_(options),
         tokens_(options.require_token ? std::make_shared<internal::TokenBook>()
                                       : nullptr) {}
 
   TransportKind kind() const override { return TransportKind::kUc; }
-
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
-      void* addr, size_t length) override {
-    return internal::RegisteredRegion::Create(registry_, addr, length);
-  }
 
   absl::StatusOr<std::string> Listen(absl::string_view bind) override {
     absl::MutexLock lock(&mu_);
@@ -79,7 +74,7 @@ class UcTransport : public Transport {
   // A client's UC QP handshake: a link for it, served by the responder. Or
   // a UDP client's token request: a token, or nothing when none is needed.
   absl::StatusOr<std::string> AcceptHandshake(
-      absl::string_view request) override {
+      absl::string_view request, const DataAccess& access) override {
     absl::MutexLock lock(&mu_);
     if (request == internal::kUcTokenRequest) {
       if (options_.link != UcLinkKind::kUdp) {
@@ -88,7 +83,7 @@ class UcTransport : public Transport {
             "no token; its address names how to reach it");
       }
       if (tokens_ == nullptr) return std::string();
-      return tokens_->Issue(absl::Now());
+      return tokens_->Issue(absl::Now(), access);
     }
     if (responder_ == nullptr || options_.link != UcLinkKind::kVerbs) {
       return absl::FailedPreconditionError(
@@ -97,7 +92,7 @@ class UcTransport : public Transport {
     }
     MESHPOOL_ASSIGN_OR_RETURN(internal::VerbsUcLinks::Accepted accepted,
                               links_->Accept(request));
-    responder_->AddLink(std::move(accepted.link));
+    responder_->AddLink(std::move(accepted.link), access);
     return std::move(accepted.reply);
   }
 
@@ -280,7 +275,6 @@ class UcTransport : public Transport {
   }
 
   const UcOptions options_;
-  const std::shared_ptr<internal::RegionRegistry> registry_;
   // Null unless require_token; shared with the UDP responder's admission.
   const std::shared_ptr<internal::TokenBook> tokens_;
   // Lock order: peers_mu_, then a PeerLink's mu, then mu_ (a link is made

@@ -146,7 +146,7 @@ class VerbsTransport : public Transport {
   absl::StatusOr<std::string> Listen(absl::string_view bind) override;
 
   absl::StatusOr<std::string> AcceptHandshake(
-      absl::string_view request) override;
+      absl::string_view request, const DataAccess& access) override;
 
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       absl::string_view peer_address, const Handshake& handshake) override;
@@ -233,8 +233,9 @@ absl::StatusOr<std::string> VerbsTransport::Listen(absl::string_view bind) {
   return address;
 }
 
+// Verbs cannot narrow `access`: a QP reaches whatever the rkey covers.
 absl::StatusOr<std::string> VerbsTransport::AcceptHandshake(
-    absl::string_view bytes) {
+    absl::string_view bytes, const DataAccess& /*access*/) {
   MESHPOOL_ASSIGN_OR_RETURN(internal::HandshakeRequest request,
                             internal::DecodeHandshakeRequest(bytes));
   const size_t d = DeviceFor(request.client_name);

@@ -235,6 +235,8 @@ class NodeImpl {
   // absl::ToUnixNanos of options_.env's clock.
   std::atomic<int64_t> heartbeat_ok_ns_{0};
   absl::Duration heartbeat_interval_ = kDefaultHeartbeatInterval;
+  // From the coordinator's RegisterNodeReply (zero: it never forgets).
+  absl::Duration forgotten_after_ = absl::ZeroDuration();
 
   absl::Mutex stop_mu_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
@@ -433,6 +435,7 @@ absl::Status NodeImpl::Register() {
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
+  forgotten_after_ = absl::Milliseconds(reply.forgotten_after_ms());
   Log(absl::StrCat("registered as ", reply.node_id(), " (incarnation ",
                    incarnation_, ", epoch ", reply.epoch(), ") serving ",
                    info_.transport_addresses(0), ", control ",
@@ -472,11 +475,15 @@ absl::Duration NodeImpl::NextWait(absl::Duration interval) const {
 
 void NodeImpl::HeartbeatLoop() {
   bool reachable = true;  // log transitions only, not every failure
+  // When the last heartbeat the coordinator answered was sent: it heard
+  // from this node no earlier.
+  absl::Time heard = options_.env->Now();
   while (!WaitForStop(heartbeat_interval_)) {
     proto::HeartbeatRequest request;
     request.set_node_id(info_.node_id());
     request.set_incarnation(incarnation_);
     *request.mutable_stats() = Stats();
+    const absl::Time sent = options_.env->Now();
     absl::StatusOr<proto::HeartbeatReply> reply =
         coordinator_->Heartbeat(request);
     if (!reply.ok()) {
@@ -487,14 +494,33 @@ void NodeImpl::HeartbeatLoop() {
     }
     if (!reachable) Log("coordinator reachable again");
     reachable = true;
-    heartbeat_ok_ns_ = absl::ToUnixNanos(options_.env->Now());
+    const absl::Time answered = options_.env->Now();
+    heartbeat_ok_ns_ = absl::ToUnixNanos(answered);
+    // At most how long the coordinator went without hearing from this node
+    // when it answered (it may have forgotten it at any point before).
+    const absl::Duration silent = answered - heard;
+    heard = sent;
     if (reply->known()) continue;
-    if (reply->declared_dead()) {
+    // Unknown after a silence long enough to have been declared dead and
+    // forgotten (a coordinator that restarted since no longer remembers
+    // that it did): as good as declared dead.
+    const bool maybe_forgotten =
+        forgotten_after_ > absl::ZeroDuration() && silent >= forgotten_after_;
+    if (reply->declared_dead() || maybe_forgotten) {
       // Keys homed here may have been rewritten on other nodes since; serving
       // these bytes again could return stale values. Fence: drop the pool's
       // registration so every one-sided access is refused from now on.
-      Log("the coordinator declared this node dead; its memory may be "
-          "stale, so it stops serving (restart it to rejoin empty)");
+      Log(reply->declared_dead()
+              ? std::string("the coordinator declared this node dead; its "
+                            "memory may be stale, so it stops serving "
+                            "(restart it to rejoin empty)")
+              : absl::StrCat(
+                    "the coordinator does not know this node, which it had "
+                    "not heard for ",
+                    absl::FormatDuration(silent),
+                    ", long enough to be declared dead and forgotten; its "
+                    "memory may be stale, so it stops serving (restart it "
+                    "to rejoin empty)"));
       shm_region_.reset();
       region_.reset();
       fenced_ = true;
@@ -511,6 +537,7 @@ void NodeImpl::HeartbeatLoop() {
       Log(absl::StrCat("coordinator renamed this node to ", again->node_id(),
                        "; keeping ", info_.node_id()));
     } else {
+      forgotten_after_ = absl::Milliseconds(again->forgotten_after_ms());
       Log(absl::StrCat("registered again, epoch ", again->epoch()));
     }
   }

@@ -1,10 +1,13 @@
 #include "store/node_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "auth/auth.h"
 #include "common/common.h"
@@ -30,6 +33,20 @@ std::string CallerTenant(const grpc::ServerContext& context) {
   const auth::Identity peer = auth::PeerIdentity(context);
   if (!peer.tenant.empty()) return peer.tenant;
   return peer.role == Role::kNone ? "" : peer.ToString();
+}
+
+// What a data-plane caller's connection may touch of memory reserved for
+// tenants (region slabs): everything for callers without TLS, coordinators
+// (region repair) and admins without a tenant; otherwise its own tenant's
+// ("" for clients without one), as the coordinator's region scope shows
+// each caller only its tenant's regions.
+rdma::DataAccess CallerDataAccess(const grpc::ServerContext& context) {
+  const auth::Identity peer = auth::PeerIdentity(context);
+  if (peer.role == Role::kNone || peer.role == Role::kCoordinator ||
+      (peer.role == Role::kAdmin && peer.tenant.empty())) {
+    return rdma::DataAccess::Unrestricted();
+  }
+  return rdma::DataAccess::ForTenant(peer.tenant);
 }
 
 }  // namespace
@@ -58,6 +75,7 @@ class NodeServiceImpl final : public proto::Node::Service {
                               format::kMaxLeaseMs)));
       return grpc::Status::OK;
     }
+    ClearTenantBytes(grant->slab, grant->offset, grant->length);
     reply->set_slab(grant->slab);
     reply->set_offset(grant->offset);
     reply->set_length(grant->length);
@@ -91,8 +109,8 @@ class NodeServiceImpl final : public proto::Node::Service {
           "this node serves transport '", deps_.transport->name(), "', not '",
           request->transport(), "'; pick one of its addresses")));
     }
-    absl::StatusOr<std::string> answer =
-        deps_.transport->AcceptHandshake(request->request());
+    absl::StatusOr<std::string> answer = deps_.transport->AcceptHandshake(
+        request->request(), CallerDataAccess(*context));
     if (!answer.ok()) return ToGrpc(answer.status());
     reply->set_reply(*std::move(answer));
     return grpc::Status::OK;
@@ -207,6 +225,7 @@ class NodeServiceImpl final : public proto::Node::Service {
                           "the coordinator gave up on this allocation");
     }
     const format::PoolLayout& layout = deps_.slabs->layout();
+    ReserveForTenant(*taken, request->tenant());
     reply->set_slab_bytes(layout.slab_bytes);
     for (uint64_t slab : *taken)
       reply->add_slab_offsets(layout.slab_offset(slab));
@@ -234,7 +253,8 @@ class NodeServiceImpl final : public proto::Node::Service {
         !s.ok()) {
       return s;
     }
-    absl::Status checked = CheckDigestRanges(*request);
+    absl::Status checked =
+        CheckDigestRanges(*request, CallerDataAccess(*context));
     if (!checked.ok()) return ToGrpc(checked);
     for (const proto::DigestRange& range : request->ranges()) {
       reply->add_digests(
@@ -244,15 +264,56 @@ class NodeServiceImpl final : public proto::Node::Service {
   }
 
  private:
+  // Region slabs stay reserved for their tenant after the region is freed,
+  // for as long as they may hold its bytes: until another region takes them
+  // (zero-filled, reserved again) or a KV lease does (ClearTenantBytes).
+  void ReserveForTenant(const std::vector<uint64_t>& slabs,
+                        const std::string& tenant) {
+    const format::PoolLayout& layout = deps_.slabs->layout();
+    absl::MutexLock lock(&reserved_mu_);
+    for (uint64_t slab : slabs) {
+      // Only a null or empty range fails: the layout's slabs are neither.
+      (void)deps_.transport->ReserveForTenant(
+          deps_.pool + layout.slab_offset(slab), layout.slab_bytes, tenant);
+      reserved_slabs_[slab] = tenant;
+    }
+  }
+
+  // A slab leased for KV writing is open to every data user: if a region
+  // left a tenant's bytes in it, zero them before the lease is answered,
+  // then end the reservation.
+  void ClearTenantBytes(uint64_t slab, uint64_t offset, uint64_t length) {
+    absl::MutexLock lock(&reserved_mu_);
+    if (reserved_slabs_.erase(slab) == 0) return;
+    std::memset(deps_.pool + offset, 0, length);
+    deps_.transport->EndReservation(deps_.pool + offset);
+  }
+
+  // PermissionDenied when `offset` lies in a slab reserved for a tenant
+  // other than the one `access` acts for.
+  absl::Status MayRead(const rdma::DataAccess& access, uint64_t offset) {
+    if (access.unrestricted) return absl::OkStatus();
+    absl::MutexLock lock(&reserved_mu_);
+    auto it = reserved_slabs_.find(deps_.slabs->layout().slab_of(offset));
+    if (it == reserved_slabs_.end() || it->second == access.tenant) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "pool offset ", offset,
+        " holds another tenant's region; digest your own regions"));
+  }
+
   // A digest racing FreeRegion reads the old bytes: freed slabs are reused
   // only a grace (>= 500 ms) later, longer than kMaxDigestBytes takes.
-  absl::Status CheckDigestRanges(
-      const proto::DigestRangesRequest& request) const {
+  // A caller digests only what it may read: its own tenant's regions.
+  absl::Status CheckDigestRanges(const proto::DigestRangesRequest& request,
+                                 const rdma::DataAccess& access) {
     MESHPOOL_RETURN_IF_ERROR(SameIncarnation(request.incarnation()));
     uint64_t total = 0;
     for (const proto::DigestRange& range : request.ranges()) {
       MESHPOOL_RETURN_IF_ERROR(
           deps_.slabs->CheckRegionRange(range.offset(), range.length()));
+      MESHPOOL_RETURN_IF_ERROR(MayRead(access, range.offset()));
       total += range.length();  // each inside the pool: no overflow
       if (total > format::kMaxDigestBytes) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -310,6 +371,10 @@ class NodeServiceImpl final : public proto::Node::Service {
   }
 
   const NodeServiceDeps deps_;
+  absl::Mutex reserved_mu_;
+  // Slabs reserved for a region's tenant on the transport, and the tenant.
+  absl::flat_hash_map<uint64_t, std::string> reserved_slabs_
+      ABSL_GUARDED_BY(reserved_mu_);
 };
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(

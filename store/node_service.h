@@ -75,7 +75,7 @@ class NodeServiceImpl;  // node_service.cc
 // What the service serves. Every pointer must outlive the NodeServer.
 struct NodeServiceDeps {
   SlabManager* slabs = nullptr;
-  const char* pool = nullptr;  // the pool slabs->layout() describes
+  char* pool = nullptr;  // the pool slabs->layout() describes
   // The pool's registration, answered by DescribePool (zero length: that
   // call answers FailedPrecondition).
   rdma::RemoteRegion pool_region;

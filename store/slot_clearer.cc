@@ -55,7 +55,8 @@ absl::Status TransportSlotClearer::Connect() {
   // verbs: the node is its own peer, so its handshake is answered here.
   rdma::Transport* transport = transport_;
   rdma::Handshake loopback = [transport](const std::string& request) {
-    return transport->AcceptHandshake(request);
+    return transport->AcceptHandshake(request,
+                                      rdma::DataAccess::Unrestricted());
   };
   absl::StatusOr<std::unique_ptr<rdma::Endpoint>> endpoint =
       transport_->Connect(address_, loopback);

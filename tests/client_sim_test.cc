@@ -472,7 +472,7 @@ class HandshakingTransport : public rdma::Transport {
     return inner_->Listen(bind);
   }
   absl::StatusOr<std::string> AcceptHandshake(
-      absl::string_view request) override {
+      absl::string_view request, const rdma::DataAccess&) override {
     ++accepted;
     return absl::StrCat("welcome ", request);
   }

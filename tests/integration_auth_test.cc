@@ -25,6 +25,7 @@
 #include "placement/coordinator_client.h"
 #include "proto/proto.h"
 #include "rdma/rdma.h"
+#include "rdma/tcp.h"
 #include "rdma/tcp_wire.h"
 #include "rdma/uc.h"
 #include "tests/raw_socket.h"
@@ -115,6 +116,51 @@ class TlsClusterTest : public ::testing::Test {
     return reply.pool();
   }
 
+  // Reads `length` bytes at pool offset `offset` of the node `info` over
+  // its tcp data port, admitted through the node's Handshake call
+  // presenting DIR/NAME.pem: what any certificate holder can do once it
+  // knows (or guesses) where bytes lie.
+  absl::StatusOr<std::string> ReadPoolAs(absl::string_view name,
+                                         const proto::NodeInfo& info,
+                                         uint64_t offset, uint32_t length) {
+    auto pool = DescribePoolAs(name, info);
+    if (!pool.ok()) return pool.status();
+    auto security =
+        auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, name));
+    if (!security.ok()) return security.status();
+    std::shared_ptr<proto::Node::Stub> stub =
+        proto::Node::NewStub(security->Dial(info.control_address()));
+    rdma::Handshake handshake =
+        [stub](const std::string& bytes) -> absl::StatusOr<std::string> {
+      proto::HandshakeRequest request;
+      request.set_transport("tcp");
+      request.set_request(bytes);
+      proto::HandshakeReply reply;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+      absl::Status s =
+          FromGrpc(stub->Handshake(&ctx, request, &reply), "Handshake");
+      if (!s.ok()) return s;
+      return reply.reply();
+    };
+    auto transport = rdma::CreateTcpTransport();
+    if (!transport.ok()) return transport.status();
+    auto ep = (*transport)->Connect(info.transport_addresses(0), handshake);
+    if (!ep.ok()) return ep.status();
+    std::string got(length, '\0');
+    rdma::WorkRequest wr;
+    wr.opcode = rdma::Opcode::kRead;
+    wr.local = got.data();
+    wr.length = length;
+    wr.remote_addr = pool->addr() + offset;
+    wr.rkey = pool->rkey();
+    rdma::Completion c;
+    absl::Status s =
+        rdma::PostAndWait(**ep, {wr}, absl::MakeSpan(&c, 1), absl::Seconds(10));
+    if (!s.ok()) return s;
+    return got;
+  }
+
   std::string certs_;
   std::unique_ptr<tools::LocalCluster> cluster_;
 };
@@ -184,6 +230,73 @@ TEST_F(TlsClusterTest, ADataConnectionWithoutATokenIsRefusedBeforeAnyRequest) {
   auto again = ConnectAs("client");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*again)->Put("after", "the outsider").ok());
+}
+
+// A tenant's region memory on tcp is out of reach of another tenant's data
+// connections, and of callers without a tenant, even when they know its
+// pool offsets and hold the pool's key; its own tenant and an admin without
+// a tenant read it.
+TEST_F(TlsClusterTest, ATenantsRegionMemoryIsOutOfReachOfOtherTenants) {
+  auto alice = ConnectAs("alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto region = CreateRegion(**alice, "weights", 1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const std::string secret(1 << 20, 'S');  // every stripe
+  ASSERT_TRUE((*region)->Write(0, secret).ok());
+  // Where its first stripe lies, as alice's own view of it says.
+  auto info = CoordinatorAs("alice")->GetRegion("weights");
+  ASSERT_TRUE(info.ok()) << info.status();
+  const proto::RegionExtent& extent = info->extents(0);
+  auto map = CoordinatorAs("alice")->GetClusterMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  const proto::NodeInfo* node = nullptr;
+  for (const auto& entry : map->nodes()) {
+    if (entry.info().node_id() == extent.node_id()) node = &entry.info();
+  }
+  ASSERT_NE(node, nullptr);
+  const uint64_t at = extent.slab_offsets(0);
+  auto own = ReadPoolAs("alice", *node, at, 4096);
+  ASSERT_TRUE(own.ok()) << own.status();
+  auto admin = ReadPoolAs("admin", *node, at, 4096);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(*own, *admin);
+  EXPECT_EQ(*own, std::string(4096, 'S')) << "the stripe holds it";
+  for (const char* outsider : {"carol", "bob"}) {
+    auto got = ReadPoolAs(outsider, *node, at, 4096);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied)
+        << outsider << ": " << got.status();
+  }
+  // Nor may they have the node digest it (a guess confirmed is a leak).
+  for (const char* caller : {"alice", "carol"}) {
+    auto security =
+        auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, caller));
+    ASSERT_TRUE(security.ok()) << security.status();
+    auto stub = proto::Node::NewStub(security->Dial(node->control_address()));
+    proto::DigestRangesRequest request;
+    request.set_incarnation(node->incarnation());
+    proto::DigestRange* range = request.add_ranges();
+    range->set_offset(at);
+    range->set_length(4096);
+    proto::DigestRangesReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+    absl::Status s =
+        FromGrpc(stub->DigestRanges(&ctx, request, &reply), "DigestRanges");
+    if (std::string(caller) == "alice") {
+      EXPECT_TRUE(s.ok()) << s;
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    }
+  }
+  // The cluster serves everyone on: carol's own region, alice's reads.
+  auto carol = ConnectAs("carol");
+  ASSERT_TRUE(carol.ok()) << carol.status();
+  auto hers = CreateRegion(**carol, "weights", 1 << 20);
+  ASSERT_TRUE(hers.ok()) << hers.status();
+  ASSERT_TRUE((*hers)->Write(0, std::string(64, 'c')).ok());
+  std::string back(4096, '\0');
+  ASSERT_TRUE((*region)->Read(0, absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, secret.substr(0, 4096));
 }
 
 // The same over uc on UDP: a session whose hello brings no token from the
@@ -371,11 +484,19 @@ TEST_F(TlsClusterTest,
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(OpenRegion(**plain, "~team-a/model").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A region stays in its tenant (its memory on the nodes is reserved for
+  // that tenant), even when an admin renames it.
+  absl::Status moved = RenameRegion(**admin, "~team-a/model", "~team-b/moved");
+  EXPECT_EQ(moved.code(), absl::StatusCode::kInvalidArgument) << moved;
+  EXPECT_TRUE(absl::StrContains(moved.message(), "stays in its tenant"))
+      << moved;
+  EXPECT_TRUE(RenameRegion(**admin, "~team-b/second", "~team-b/third").ok());
   ASSERT_TRUE(DeleteRegion(**admin, "~team-a/model").ok());
   EXPECT_EQ(OpenRegion(**alice, "model").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(CreateRegion(**alice, "second", 1 << 20).ok());
   EXPECT_TRUE(OpenRegion(**carol, "model").ok());
+  EXPECT_TRUE(OpenRegion(**carol, "third").ok());
 }
 
 // Models are regions: two tenants load a model of the same name, and each
@@ -507,6 +628,19 @@ TEST(CertsTest, InitRefusesADirectoryThatHoldsACaAndAddIssuesMore) {
       absl::StrCat("openssl x509 -noout -subject -in ", dir, "/alice.pem"));
   EXPECT_TRUE(absl::StrContains(subject.output, "client:alice@team-a"))
       << subject.output;
+  testing::Shell(absl::StrCat("rm -rf ", dir));
+}
+
+// `certs init --tenant` would have made no tenant certificate: it says to
+// use `certs add`, and makes nothing.
+TEST(CertsTest, InitWithATenantSaysToUseAddAndMakesNothing) {
+  const std::string dir = TempDir("init-tenant");
+  testing::ShellResult init = testing::Shell(absl::StrCat(
+      MESHPOOL_BINARY, " certs init ", dir, " --tenant team-a 2>&1"));
+  EXPECT_NE(init.exit_code, 0) << init.output;
+  EXPECT_TRUE(absl::StrContains(init.output, "certs add")) << init.output;
+  struct stat st;
+  EXPECT_NE(::stat((dir + "/ca.pem").c_str(), &st), 0) << "made a CA";
   testing::Shell(absl::StrCat("rm -rf ", dir));
 }
 

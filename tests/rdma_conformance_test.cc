@@ -279,7 +279,7 @@ HandshakeRouter::Route RouteTo(const std::unique_ptr<Transport>* node,
         (to != address && !absl::StartsWith(to, absl::StrCat(address, "/")))) {
       return absl::UnavailableError(absl::StrCat("no node answers at ", to));
     }
-    return (*node)->AcceptHandshake(request);
+    return (*node)->AcceptHandshake(request, DataAccess::Unrestricted());
   };
 }
 

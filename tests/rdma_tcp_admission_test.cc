@@ -3,7 +3,9 @@
 // longest-idle connection, its own host's first), and a request cut short
 // is closed after the stall timeout while idle connections stay. And a node
 // that requires tokens (TcpOptions::require_token) admits only connections
-// that open with a token its handshake issued, each token once.
+// that open with a token its handshake issued, each token once, and serves
+// each only memory not reserved for another tenant than the one its token
+// admitted it for.
 //
 // Other loopback addresses (127.0.0.2, ...) stand in for other hosts.
 #include <dirent.h>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,11 +76,14 @@ class TcpAdmissionTest : public ::testing::Test {
   // Connects as a node's client does: the handshake (here straight to the
   // node's transport, in a cluster over its authenticated gRPC service)
   // fetches a token when the node requires one.
-  absl::StatusOr<std::unique_ptr<Endpoint>> ConnectWithHandshake() {
+  // `access`: whom the node's control plane admitted the caller as.
+  absl::StatusOr<std::unique_ptr<Endpoint>> ConnectWithHandshake(
+      DataAccess access = DataAccess::Unrestricted()) {
     Transport* node = node_.get();
-    return client_->Connect(address_, [node](const std::string& request) {
-      return node->AcceptHandshake(request);
-    });
+    return client_->Connect(address_,
+                            [node, access](const std::string& request) {
+                              return node->AcceptHandshake(request, access);
+                            });
   }
 
   // A well-formed request on the region: `payload` bytes of 0xEE follow a
@@ -298,8 +304,8 @@ TEST_F(TcpAdmissionTest, WithTokensEachTokenAdmitsOneConnection) {
   TcpOptions options;
   options.require_token = true;
   Start(options);
-  absl::StatusOr<std::string> token =
-      node_->AcceptHandshake(internal::kTcpTokenRequest);
+  absl::StatusOr<std::string> token = node_->AcceptHandshake(
+      internal::kTcpTokenRequest, DataAccess::Unrestricted());
   ASSERT_TRUE(token.ok()) << token.status();
   ASSERT_EQ(token->size(), internal::kTokenBytes);
   const std::string frames = Hello(*token) + Frame(Opcode::kWrite, 64, 0) +
@@ -344,28 +350,98 @@ TEST_F(TcpAdmissionTest,
 
 TEST_F(TcpAdmissionTest, WithoutTokensTheHandshakeSaysNoneIsNeeded) {
   Start(TcpOptions());
-  absl::StatusOr<std::string> token =
-      node_->AcceptHandshake(internal::kTcpTokenRequest);
+  absl::StatusOr<std::string> token = node_->AcceptHandshake(
+      internal::kTcpTokenRequest, DataAccess::Unrestricted());
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_TRUE(token->empty());
-  EXPECT_EQ(node_->AcceptHandshake("something else").status().code(),
+  EXPECT_EQ(node_->AcceptHandshake("something else", DataAccess::Unrestricted())
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
   auto ep = ConnectWithHandshake();
   ASSERT_TRUE(ep.ok()) << ep.status();
   EXPECT_TRUE(ReadWorks(**ep).ok());
 }
 
-TEST(TokenBookTest, ATokenWorksOnceAndExpires) {
+// Memory reserved for a tenant (a region's slabs) is out of reach of
+// connections admitted for another tenant, by READ, WRITE or a range that
+// only overlaps it; unreserved memory, the tenant's own callers and
+// unrestricted ones are served; a reservation ends or moves on.
+TEST_F(TcpAdmissionTest, AConnectionTouchesOnlyItsOwnTenantsReservedMemory) {
+  TcpOptions options;
+  options.require_token = true;
+  Start(options);
+  ASSERT_TRUE(node_->enforces_reservations());
+  constexpr size_t kAt = 64 << 10;
+  ASSERT_TRUE(
+      node_->ReserveForTenant(memory_.data() + kAt, 64 << 10, "team-a").ok());
+  // A fresh connection per denial: the responder closes after one.
+  auto read_as = [&](DataAccess access, size_t offset) {
+    auto ep = ConnectWithHandshake(std::move(access));
+    return ep.ok() ? ReadWorks(**ep, offset) : ep.status();
+  };
+  const DataAccess a = DataAccess::ForTenant("team-a");
+  const DataAccess b = DataAccess::ForTenant("team-b");
+  const DataAccess none = DataAccess::ForTenant("");
+  EXPECT_TRUE(read_as(a, kAt).ok());
+  EXPECT_TRUE(read_as(DataAccess::Unrestricted(), kAt + 4096).ok());
+  EXPECT_EQ(read_as(b, kAt).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(read_as(none, kAt + 8192).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(read_as(b, kAt - 2048).code(), absl::StatusCode::kPermissionDenied)
+      << "a range that only overlaps the reservation";
+  EXPECT_EQ(read_as(b, kAt + (64 << 10) - 2048).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(read_as(b, kAt - 4096).ok()) << "just before it";
+  EXPECT_TRUE(read_as(b, kAt + (64 << 10)).ok()) << "just after it";
+  {
+    auto ep = ConnectWithHandshake(b);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    std::vector<uint8_t> junk(4096, 0xEE);
+    WorkRequest wr;
+    wr.opcode = Opcode::kWrite;
+    wr.local = junk.data();
+    wr.length = 4096;
+    wr.remote_addr = region_->remote().addr + kAt;
+    wr.rkey = region_->remote().rkey;
+    Completion c;
+    EXPECT_EQ(PostAndWait(**ep, {wr}, absl::MakeSpan(&c, 1), absl::Seconds(30))
+                  .code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_TRUE(MemoryUntouched());
+  }
+  // Its second half goes to team-b (a new region over freed slabs).
+  ASSERT_TRUE(node_
+                  ->ReserveForTenant(memory_.data() + kAt + (32 << 10),
+                                     32 << 10, "team-b")
+                  .ok());
+  EXPECT_TRUE(read_as(b, kAt + (32 << 10)).ok());
+  EXPECT_EQ(read_as(a, kAt + (32 << 10)).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(read_as(b, kAt).code(), absl::StatusCode::kPermissionDenied)
+      << "team-a keeps what team-b's reservation does not cover";
+  EXPECT_TRUE(read_as(a, kAt).ok());
+  node_->EndReservation(memory_.data() + kAt + (32 << 10));
+  EXPECT_TRUE(read_as(a, kAt + (32 << 10)).ok());
+}
+
+TEST(TokenBookTest, ATokenWorksOnceExpiresAndCarriesItsAccess) {
   internal::TokenBook book;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  absl::StatusOr<std::string> a = book.Issue(t0);
-  absl::StatusOr<std::string> b = book.Issue(t0);
+  absl::StatusOr<std::string> a =
+      book.Issue(t0, DataAccess::ForTenant("team-a"));
+  absl::StatusOr<std::string> b = book.Issue(t0, DataAccess::Unrestricted());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(*a, *b);
-  EXPECT_TRUE(book.Redeem(*a, t0 + absl::Seconds(1)));
-  EXPECT_FALSE(book.Redeem(*a, t0 + absl::Seconds(1))) << "spent";
-  EXPECT_FALSE(book.Redeem(*b, t0 + internal::kTokenTtl)) << "expired";
-  EXPECT_FALSE(book.Redeem(std::string(internal::kTokenBytes, '\0'), t0));
+  std::optional<DataAccess> access = book.Redeem(*a, t0 + absl::Seconds(1));
+  ASSERT_TRUE(access.has_value());
+  EXPECT_FALSE(access->unrestricted);
+  EXPECT_EQ(access->tenant, "team-a");
+  EXPECT_FALSE(book.Redeem(*a, t0 + absl::Seconds(1)).has_value()) << "spent";
+  EXPECT_FALSE(book.Redeem(*b, t0 + internal::kTokenTtl).has_value())
+      << "expired";
+  EXPECT_FALSE(
+      book.Redeem(std::string(internal::kTokenBytes, '\0'), t0).has_value());
   EXPECT_EQ(book.outstanding(), 0u);
 }
 
@@ -373,11 +449,14 @@ TEST(TokenBookTest, OutstandingTokensAreCappedUntilTheyExpire) {
   internal::TokenBook book;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   for (size_t i = 0; i < internal::kMaxTokens; ++i) {
-    ASSERT_TRUE(book.Issue(t0).ok()) << i;
+    ASSERT_TRUE(book.Issue(t0, DataAccess::Unrestricted()).ok()) << i;
   }
-  EXPECT_EQ(book.Issue(t0 + absl::Seconds(1)).status().code(),
+  EXPECT_EQ(book.Issue(t0 + absl::Seconds(1), DataAccess::Unrestricted())
+                .status()
+                .code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(book.Issue(t0 + internal::kTokenTtl).ok());
+  EXPECT_TRUE(
+      book.Issue(t0 + internal::kTokenTtl, DataAccess::Unrestricted()).ok());
   EXPECT_EQ(book.outstanding(), 1u);
 }
 

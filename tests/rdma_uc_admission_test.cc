@@ -2,8 +2,9 @@
 // node that requires tokens executes nothing for a session until its hello
 // presents a token the node's handshake issued, refuses a hello without
 // one (the client's Connect fails PermissionDenied), and each token admits
-// one session. Raw sessions here are a UcChannel on a UDP socket of the
-// test's own, speaking the wire as an outsider would.
+// one session and carries whom it admits (a tenant's session cannot touch
+// memory reserved for another tenant). Raw sessions here are a UcChannel on a
+// UDP socket of the test's own, speaking the wire as an outsider would.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -136,24 +137,26 @@ class UcAdmissionTest : public ::testing::Test {
     return true;
   }
 
-  Handshake NodeHandshake() {
-    return [this](absl::string_view request) {
-      return node_->AcceptHandshake(request);
+  // `access`: whom the node's control plane admitted the caller as.
+  Handshake NodeHandshake(DataAccess access = DataAccess::Unrestricted()) {
+    return [this, access](absl::string_view request) {
+      return node_->AcceptHandshake(request, access);
     };
   }
 
-  absl::Status ReadWorks(Endpoint& ep) {
+  absl::Status ReadWorks(Endpoint& ep, size_t offset = 0) {
     std::vector<uint8_t> buf(kPayload);
     WorkRequest wr;
     wr.wr_id = 1;
     wr.opcode = Opcode::kRead;
     wr.local = buf.data();
     wr.length = kPayload;
-    wr.remote_addr = region_->remote().addr;
+    wr.remote_addr = region_->remote().addr + offset;
     wr.rkey = region_->remote().rkey;
     Completion c;
     absl::Status s = PostAndWait(ep, {&wr, 1}, {&c, 1}, absl::Seconds(10));
-    if (s.ok() && std::memcmp(buf.data(), memory_.data(), kPayload) != 0) {
+    if (s.ok() &&
+        std::memcmp(buf.data(), memory_.data() + offset, kPayload) != 0) {
       return absl::DataLossError("read other bytes");
     }
     return s;
@@ -218,8 +221,8 @@ TEST_F(UcAdmissionTest, WithTokensNothingRunsBeforeAnAdmittedHello) {
 
 TEST_F(UcAdmissionTest, WithTokensEachTokenAdmitsOneSession) {
   Start(/*require_token=*/true);
-  absl::StatusOr<std::string> token =
-      node_->AcceptHandshake(internal::kUcTokenRequest);
+  absl::StatusOr<std::string> token = node_->AcceptHandshake(
+      internal::kUcTokenRequest, DataAccess::Unrestricted());
   ASSERT_TRUE(token.ok()) << token.status();
   ASSERT_EQ(token->size(), internal::kTokenBytes);
   auto first = RawSession::Open(address_, 2001);
@@ -243,10 +246,31 @@ TEST_F(UcAdmissionTest, WithTokensEachTokenAdmitsOneSession) {
   EXPECT_TRUE(MemoryUntouched());
 }
 
+// As on tcp: memory reserved for a tenant is refused to sessions admitted
+// for another one, whose token says whom it admits.
+TEST_F(UcAdmissionTest, ASessionTouchesOnlyItsOwnTenantsReservedMemory) {
+  Start(/*require_token=*/true);
+  ASSERT_TRUE(node_->enforces_reservations());
+  constexpr size_t kAt = 64 << 10;
+  ASSERT_TRUE(
+      node_->ReserveForTenant(memory_.data() + kAt, 64 << 10, "team-a").ok());
+  auto read_as = [&](DataAccess access, size_t offset) {
+    auto ep = client_->Connect(address_, NodeHandshake(std::move(access)));
+    return ep.ok() ? ReadWorks(**ep, offset) : ep.status();
+  };
+  EXPECT_TRUE(read_as(DataAccess::ForTenant("team-a"), kAt).ok());
+  EXPECT_TRUE(read_as(DataAccess::Unrestricted(), kAt).ok());
+  EXPECT_EQ(read_as(DataAccess::ForTenant("team-b"), kAt).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(read_as(DataAccess::ForTenant(""), kAt + 4096).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(read_as(DataAccess::ForTenant("team-b"), 0).ok());
+}
+
 TEST_F(UcAdmissionTest, WithoutTokensTheHandshakeSaysNoneIsNeeded) {
   Start(/*require_token=*/false);
-  absl::StatusOr<std::string> token =
-      node_->AcceptHandshake(internal::kUcTokenRequest);
+  absl::StatusOr<std::string> token = node_->AcceptHandshake(
+      internal::kUcTokenRequest, DataAccess::Unrestricted());
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_TRUE(token->empty());
   auto with = client_->Connect(address_, NodeHandshake());

@@ -66,7 +66,7 @@ struct Node {
   // The client's Handshake RPC, in process.
   Handshake Router() {
     return [this](const std::string& request) {
-      return transport->AcceptHandshake(request);
+      return transport->AcceptHandshake(request, DataAccess::Unrestricted());
     };
   }
 

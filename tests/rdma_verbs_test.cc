@@ -81,7 +81,7 @@ class VerbsTest : public ::testing::Test {
         kNodeAddress,
         [this](const std::string& request) -> absl::StatusOr<std::string> {
           if (node_ == nullptr) return absl::UnavailableError("node is gone");
-          return node_->AcceptHandshake(request);
+          return node_->AcceptHandshake(request, DataAccess::Unrestricted());
         });
   }
   std::unique_ptr<Endpoint> Connect() {
@@ -505,7 +505,9 @@ TEST_F(VerbsTest, HandshakeGarbageIsInvalidArgument) {
   ASSERT_NO_FATAL_FAILURE(Start());
   for (const std::string& garbage :
        {std::string(), std::string("hello"), std::string(200, '\xff')}) {
-    EXPECT_EQ(node_->AcceptHandshake(garbage).status().code(),
+    EXPECT_EQ(node_->AcceptHandshake(garbage, DataAccess::Unrestricted())
+                  .status()
+                  .code(),
               absl::StatusCode::kInvalidArgument);
   }
   // A node answering garbage fails the client's Connect, not a crash.

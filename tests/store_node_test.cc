@@ -584,6 +584,57 @@ absl::StatusOr<std::string> ReadPool(rdma::Transport& transport,
   return bytes;
 }
 
+// A freed region's slabs still hold its tenant's bytes; a KV lease opens a
+// slab to every data user, so the node zeroes a former region slab before
+// it answers the lease.
+TEST_F(NodeTest, AFreedRegionsSlabIsZeroedBeforeAKvLeaseOpensIt) {
+  NodeOptions options = BaseOptions(coordinator_->address());
+  options.reclaim_interval = absl::Milliseconds(5);
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  const proto::NodeInfo& info = (*node)->info();
+  auto stub = NodeStub(**node);
+  const uint64_t slabs = (*node)->Stats().slabs_total();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPatience));
+  proto::AllocateRegionRequest request;
+  request.set_region_id(9);
+  request.set_incarnation(info.incarnation());
+  request.set_stripe_bytes(4 << 20);
+  request.set_stripes(slabs);  // every slab
+  request.set_tenant("team-a");
+  proto::AllocateRegionReply reply;
+  ASSERT_TRUE(
+      FromGrpc(stub->AllocateRegion(&ctx, request, &reply), "AllocateRegion")
+          .ok());
+  ASSERT_EQ(static_cast<uint64_t>(reply.slab_offsets_size()), slabs);
+  auto transport = rdma::CreateTcpTransport();
+  ASSERT_TRUE(transport.ok());
+  auto endpoint = (*transport)->Connect(info.transport_addresses(0), nullptr);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::string secret(4096, 'R');
+  for (uint64_t offset : reply.slab_offsets()) {
+    rdma::WorkRequest write;
+    write.opcode = rdma::Opcode::kWrite;
+    write.local = secret.data();
+    write.length = secret.size();
+    write.remote_addr = info.pool().addr() + offset;
+    write.rkey = info.pool().rkey();
+    rdma::Completion done;
+    ASSERT_TRUE(
+        rdma::PostAndWait(**endpoint, {&write, 1}, {&done, 1}, kPatience).ok());
+  }
+  ASSERT_TRUE(FreeRegion(*stub, info.incarnation(), 9).ok());
+  ASSERT_TRUE(
+      Eventually([&] { return (*node)->Stats().slabs_free() == slabs; }));
+  absl::StatusOr<proto::GrantSlabReply> g = Grant(*stub, info.incarnation());
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto bytes = ReadPool(**transport, info, g->offset(), 4096);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, std::string(4096, '\0'))
+      << "team-a's bytes in a slab leased for KV";
+}
+
 TEST_F(NodeTest, CoordinatorCreatesRegionOnNodesAndDeleteReturnsTheSlabs) {
   testing::FakeEnv env;
   NodeOptions options = BaseOptions(coordinator_->address());
@@ -744,6 +795,37 @@ TEST(NodeFencing, NodeDeclaredDeadStopsServingItsMemory) {
   const proto::ClusterMap map = (*coordinator)->Map();
   ASSERT_EQ(map.nodes_size(), 1);
   EXPECT_EQ(map.nodes(0).state(), proto::NODE_DEAD);
+}
+
+// A node the coordinator may have declared dead and forgotten (silent for
+// dead_after + forget_dead_after) finds itself unknown to a coordinator that
+// restarted since (and so no longer remembers forgetting it): it fences its
+// memory, as if told it was declared dead, rather than register again with
+// bytes that may be stale. (RegistersAgainWhenCoordinatorForgetsIt: after a
+// short silence it registers again.)
+TEST(NodeFencing, ANodeSilentLongEnoughToBeForgottenStopsServing) {
+  coordinator::CoordinatorOptions coptions;
+  coptions.heartbeat_interval = absl::Milliseconds(20);
+  coptions.dead_after = absl::Milliseconds(500);
+  coptions.registration.forget_dead_after = absl::Milliseconds(500);
+  auto coordinator = coordinator::Coordinator::Start(std::move(coptions));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = (*coordinator)->address();
+  absl::Notification fenced;
+  NodeOptions options = BaseOptions(address);
+  options.on_declared_dead = [&fenced] { fenced.Notify(); };
+  absl::StatusOr<std::unique_ptr<Node>> node = StartNode(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  const std::string id = (*node)->info().node_id();
+  coordinator->reset();  // the node's heartbeats fail from here
+  absl::SleepFor(absl::Milliseconds(1500));  // > 500 + 500 ms
+  std::unique_ptr<coordinator::Coordinator> restarted =
+      StartCoordinator(address);
+  ASSERT_NE(restarted, nullptr) << "could not rebind " << address;
+  ASSERT_TRUE(fenced.WaitForNotificationWithTimeout(kPatience))
+      << "the node never fenced itself";
+  EXPECT_FALSE(FindEntry(restarted->Map(), id).has_value())
+      << "it registered again with its old memory";
 }
 
 TEST(NodeStart, UnreachableCoordinatorIsUnavailable) {

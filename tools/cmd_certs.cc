@@ -30,6 +30,15 @@ int RunCerts(int argc, char** argv) {
   if (int rc = ParseFlags(flags, argc, argv, "certs"); rc >= 0) return rc;
   const auto& args = flags.positional();
   if (args.size() == 2 && args[0] == "init") {
+    if (!flags.Get("tenant").empty()) {
+      return Fail("certs", absl::InvalidArgumentError(absl::StrCat(
+                               "--tenant applies to `certs add`: init makes "
+                               "the cluster's own identities, which act for "
+                               "no tenant. Run init without it, then `meshpool "
+                               "certs add ",
+                               args[1], " client NAME --tenant ",
+                               flags.Get("tenant"), "`")));
+    }
     auto nodes = flags.GetInt("nodes");
     if (!nodes.ok()) return Fail("certs", nodes.status());
     if (*nodes < 0 || *nodes > 4096) {
