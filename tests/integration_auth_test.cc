@@ -98,20 +98,28 @@ class TlsClusterTest : public ::testing::Test {
     return c.ok() ? *std::move(c) : nullptr;
   }
 
-  // Asks the node at `control` where its pool is, presenting DIR/NAME.pem.
-  absl::StatusOr<proto::RemoteRegion> DescribePoolAs(
+  // A stub of the node `info`'s gRPC service, presenting DIR/NAME.pem.
+  absl::StatusOr<std::shared_ptr<proto::Node::Stub>> NodeStubAs(
       absl::string_view name, const proto::NodeInfo& info) {
     auto security =
         auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, name));
     if (!security.ok()) return security.status();
-    auto stub = proto::Node::NewStub(security->Dial(info.control_address()));
+    return std::shared_ptr<proto::Node::Stub>(
+        proto::Node::NewStub(security->Dial(info.control_address())));
+  }
+
+  // Asks the node at `control` where its pool is, presenting DIR/NAME.pem.
+  absl::StatusOr<proto::RemoteRegion> DescribePoolAs(
+      absl::string_view name, const proto::NodeInfo& info) {
+    auto stub = NodeStubAs(name, info);
+    if (!stub.ok()) return stub.status();
     proto::DescribePoolRequest request;
     request.set_incarnation(info.incarnation());
     proto::DescribePoolReply reply;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
     absl::Status s =
-        FromGrpc(stub->DescribePool(&ctx, request, &reply), "DescribePool");
+        FromGrpc((*stub)->DescribePool(&ctx, request, &reply), "DescribePool");
     if (!s.ok()) return s;
     return reply.pool();
   }
@@ -125,13 +133,12 @@ class TlsClusterTest : public ::testing::Test {
                                          uint64_t offset, uint32_t length) {
     auto pool = DescribePoolAs(name, info);
     if (!pool.ok()) return pool.status();
-    auto security =
-        auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, name));
-    if (!security.ok()) return security.status();
-    std::shared_ptr<proto::Node::Stub> stub =
-        proto::Node::NewStub(security->Dial(info.control_address()));
+    absl::StatusOr<std::shared_ptr<proto::Node::Stub>> node_stub =
+        NodeStubAs(name, info);
+    if (!node_stub.ok()) return node_stub.status();
     rdma::Handshake handshake =
-        [stub](const std::string& bytes) -> absl::StatusOr<std::string> {
+        [stub = *node_stub](
+            const std::string& bytes) -> absl::StatusOr<std::string> {
       proto::HandshakeRequest request;
       request.set_transport("tcp");
       request.set_request(bytes);
@@ -268,10 +275,8 @@ TEST_F(TlsClusterTest, ATenantsRegionMemoryIsOutOfReachOfOtherTenants) {
   }
   // Nor may they have the node digest it (a guess confirmed is a leak).
   for (const char* caller : {"alice", "carol"}) {
-    auto security =
-        auth::MakeChannelSecurity(auth::TlsConfig::InDir(certs_, caller));
-    ASSERT_TRUE(security.ok()) << security.status();
-    auto stub = proto::Node::NewStub(security->Dial(node->control_address()));
+    auto stub = NodeStubAs(caller, *node);
+    ASSERT_TRUE(stub.ok()) << stub.status();
     proto::DigestRangesRequest request;
     request.set_incarnation(node->incarnation());
     proto::DigestRange* range = request.add_ranges();
@@ -281,7 +286,7 @@ TEST_F(TlsClusterTest, ATenantsRegionMemoryIsOutOfReachOfOtherTenants) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
     absl::Status s =
-        FromGrpc(stub->DigestRanges(&ctx, request, &reply), "DigestRanges");
+        FromGrpc((*stub)->DigestRanges(&ctx, request, &reply), "DigestRanges");
     if (std::string(caller) == "alice") {
       EXPECT_TRUE(s.ok()) << s;
     } else {
