@@ -159,8 +159,7 @@ void ClientCore::KeeperLoop() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(
-    const KeyRef& key) {
+absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(KeyRef& key) {
   std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
   int home = placement::HomeNode(*map, key.hash.lo, key.hash.hi);
   if (home < 0) {
@@ -169,6 +168,9 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(
                      "; start one with `meshpool node --coordinator ",
                      options_.coordinator, "`"));
   }
+  key.map_epoch = map->epoch();
+  key.oldest_epoch =
+      placement::OldestCurrentObjectEpoch(*map, home, key.hash.lo, key.hash.hi);
   return Connection(map->nodes(home).info());
 }
 

@@ -63,8 +63,10 @@ class ClientCore {
   // node's transport is one this client cannot use.
   absl::StatusOr<std::shared_ptr<NodeConnection>> Connection(
       const proto::NodeInfo& info);
-  // The connection to `key`'s home node; Unavailable when no node is alive.
-  absl::StatusOr<std::shared_ptr<NodeConnection>> Route(const KeyRef& key);
+  // The connection to `key`'s home node, setting key.map_epoch and
+  // key.oldest_epoch from the map that chose it; Unavailable when no node
+  // is alive.
+  absl::StatusOr<std::shared_ptr<NodeConnection>> Route(KeyRef& key);
 
   // Client::RegisterBuffer.
   absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>> Register(

@@ -40,7 +40,7 @@ class Client::Impl {
   // Runs `op` on the key's home node; after an Unavailable, refreshes the
   // map once and retries if the key's home changed (a node died or joined).
   template <typename Result, typename Op>
-  Result OnHome(const KeyRef& key, Op op) {
+  Result OnHome(KeyRef& key, Op op) {
     absl::StatusOr<std::shared_ptr<NodeConnection>> node = core_->Route(key);
     if (!node.ok()) return node.status();
     Result result = op(**node);

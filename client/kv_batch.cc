@@ -50,13 +50,17 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
     s.AddRead(wrs, staging->data() + p.at, p.offset, p.length);
   }
   if (absl::Status st = s.Run(wrs); !st.ok()) return fail_all(st);
-  enum : uint8_t { kAbsent, kPresent, kStale };
+  enum : uint8_t { kAbsent, kPresent, kStale, kOutdated };
   std::vector<uint8_t> verdict(keys.size(), kAbsent);
   for (const Probe& p : probes) {
+    format::ObjectHeader header;
     format::Verdict v = format::VerifyHeaderAndKey(
         absl::MakeConstSpan(staging->data() + p.at, p.length), keys[p.key].key,
-        keys[p.key].hash, node.incarnation());
-    if (v == format::Verdict::kValid) {
+        keys[p.key].hash, node.incarnation(), &header);
+    if (v == format::Verdict::kValid && Outdated(keys[p.key], header)) {
+      // The first verified candidate decides: an outdated one is absent.
+      if (verdict[p.key] == kAbsent) verdict[p.key] = kOutdated;
+    } else if (v == format::Verdict::kValid) {
       // The first verified candidate in bucket order is the one GETs read.
       if (found != nullptr && verdict[p.key] != kPresent) {
         (*found)[p.key] = {buckets[p.key].slot_offset[p.slot],

@@ -48,6 +48,9 @@ absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
         absl::MakeConstSpan(staging + plan.offsets[i], plan.lengths[i]),
         key.key, key.hash, s.node().incarnation(), &value);
     if (v == format::Verdict::kValid) {
+      if (OutdatedAt(key, staging + plan.offsets[i])) {
+        return absl::NotFoundError("key not found");
+      }
       int slot = plan.slots[i];
       s.node().slot_cache().Remember(key.hash, b.slot_offset[slot],
                                      b.words[slot]);

@@ -63,8 +63,8 @@ absl::StatusOr<size_t> FinishDirect(LaneOp& s, const KeyRef& key,
       absl::MakeConstSpan(staging + r.head_at, r.head_len), key.key, key.hash,
       s.node().incarnation(), &h);
   if (head == format::Verdict::kStale) return StaleRead();
-  if (head != format::Verdict::kValid) {
-    return absl::NotFoundError("not this key's object");
+  if (head != format::Verdict::kValid || Outdated(key, h)) {
+    return absl::NotFoundError("not this key's current object");
   }
   if (h.value_length > target.out.size()) {
     return BufferTooSmall(h.value_length, target.out.size());
@@ -110,6 +110,9 @@ absl::StatusOr<size_t> FinishObjectRead(LaneOp& s, const KeyRef& key,
                  "object shorter than its slot says");
   }
   if (v != format::Verdict::kValid) return StaleRead();
+  if (OutdatedAt(key, staging + r.head_at)) {
+    return absl::NotFoundError("not this key's current object");
+  }
   size_t length = 0;
   MESHPOOL_RETURN_IF_ERROR(CopyValueTo(value, target.out, &length));
   return length;

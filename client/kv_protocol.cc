@@ -77,6 +77,10 @@ absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
       key.hash, s.node().incarnation(), &value);
   if (v == format::Verdict::kOtherKey) return absl::OkStatus();
   if (v != format::Verdict::kValid) return StaleRead();
+  // Outdated: the full path below finds it again and answers NotFound.
+  if (OutdatedAt(key, staging.data() + kBucketPairBytes)) {
+    return absl::OkStatus();
+  }
   *served = true;
   return sink(value);
 }
@@ -92,6 +96,7 @@ absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
                             s.FindKeySlots(key, b, &headers));
   if (mine.empty()) return absl::NotFoundError("key not found");
   const format::ObjectHeader& h = headers.front();
+  if (Outdated(key, h)) return absl::NotFoundError("key not found");
   if (h.value_length > direct.out.size()) {
     return BufferTooSmall(h.value_length, direct.out.size());
   }
@@ -243,7 +248,7 @@ absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(bytes + 8 + prefetch.bytes()));
   format::EncodeObject(staging.subspan(0, bytes), key.key, value,
-                       node.incarnation(), sequence);
+                       node.incarnation(), sequence, key.map_epoch);
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
   s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
@@ -264,8 +269,9 @@ absl::Status WriteGatheredObject(LaneOp& s, NodeConnection& node,
   Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(prefix + digests + 8 + prefetch.bytes()));
-  uint64_t checksum = format::EncodeObjectPrefix(staging, key.key, value.size(),
-                                                 node.incarnation(), sequence);
+  uint64_t checksum =
+      format::EncodeObjectPrefix(staging, key.key, value.size(),
+                                 node.incarnation(), sequence, key.map_epoch);
   format::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =
       offset + format::DigestOffset(key.key.size(), value.size());
@@ -340,16 +346,23 @@ absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
   return absl::UnavailableError("delete kept racing with writers; retry");
 }
 
+bool OutdatedAt(const KeyRef& key, const char* object) {
+  format::ObjectHeader header;
+  std::memcpy(&header, object, sizeof(header));
+  return Outdated(key, header);
+}
+
 absl::StatusOr<bool> KeyExists(NodeConnection& node, const KeyRef& key,
                                int max_verify_retries) {
   MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
-    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
+    std::vector<format::ObjectHeader> headers;
+    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b, &headers);
     if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
     if (!mine.ok()) return mine.status();
-    return !mine->empty();
+    return !mine->empty() && !Outdated(key, headers.front());
   }
   return NeverVerified(key, node, max_verify_retries);
 }

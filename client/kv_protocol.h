@@ -32,7 +32,23 @@ namespace meshpool::client_internal {
 struct KeyRef {
   absl::string_view key;
   format::KeyHash hash;
+  // Set when the key is routed (ClientCore::Route): the epoch of the map
+  // that chose its home, which the objects a PUT writes record, and the
+  // oldest epoch an object there may carry and still be current
+  // (placement::OldestCurrentObjectEpoch; older ones read as absent).
+  uint64_t map_epoch = 0;
+  uint64_t oldest_epoch = 0;
 };
+// True when a verified object of `key` with this header was written under
+// an epoch older than key.oldest_epoch: the key has lived on a node that
+// has left since, and a newer value may have been written there. GETs,
+// batch GETs and Exists treat it as absent; PUT and Delete still replace
+// and clear it.
+inline bool Outdated(const KeyRef& key, const format::ObjectHeader& header) {
+  return format::ObjectMapEpoch(header) < key.oldest_epoch;
+}
+// The same for a verified object starting at `object`.
+bool OutdatedAt(const KeyRef& key, const char* object);
 // InvalidArgument for an empty key or one over kMaxKeyBytes.
 absl::Status ValidateKey(absl::string_view key);
 inline KeyRef MakeKeyRef(absl::string_view key) {

@@ -96,7 +96,7 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
     return s;
   }
   absl::StatusOr<proto::RegisterNodeReply> result =
-      membership_->Register(info, Caller(*context));
+      membership_->Register(info, Caller(*context), request->last_epoch());
   if (!result.ok()) return ToGrpc(result.status());
   *reply = *std::move(result);
   reply->set_heartbeat_interval_ms(

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "placement/placement.h"
 
 namespace meshpool::coordinator {
 namespace {
@@ -39,6 +40,7 @@ class InMemoryCoordinatorState final : public CoordinatorState {
     absl::MutexLock lock(&mu_);
     proto::NodeEntry* existing = Find(entry.info().node_id());
     if (existing != nullptr) {
+      NoteNodeChange(map_, *existing, &entry, map_.epoch() + 1);
       *existing = entry;
     } else {
       *map_.add_nodes() = entry;
@@ -51,6 +53,7 @@ class InMemoryCoordinatorState final : public CoordinatorState {
     absl::MutexLock lock(&mu_);
     proto::NodeEntry* entry = Find(node_id);
     if (entry == nullptr) return UnknownNode(node_id);
+    NoteNodeChange(map_, *entry, nullptr, map_.epoch() + 1);
     entry->set_state(proto::NODE_DEAD);
     map_.set_epoch(map_.epoch() + 1);
     return map_.epoch();
@@ -82,6 +85,11 @@ class InMemoryCoordinatorState final : public CoordinatorState {
     absl::MutexLock lock(&mu_);
     map_.set_epoch(map_.epoch() + 1);
     return map_.epoch();
+  }
+
+  absl::StatusOr<uint64_t> RestartHistory(uint64_t at_least) override {
+    absl::MutexLock lock(&mu_);
+    return RestartMapHistory(map_, at_least);
   }
 
   absl::StatusOr<uint64_t> NextRegionId() override {
@@ -196,10 +204,48 @@ uint64_t FirstRegionIdAt(absl::Time now) {
   return static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMillis(now), 1)) << 20;
 }
 
+void NoteNodeChange(proto::ClusterMap& map, const proto::NodeEntry& before,
+                    const proto::NodeEntry* after, uint64_t epoch) {
+  const uint64_t capacity = before.info().capacity_bytes();
+  if (before.state() != proto::NODE_ALIVE || capacity == 0) return;
+  // The same weight, alive: every key stays where it was.
+  if (after != nullptr && after->state() == proto::NODE_ALIVE &&
+      after->info().capacity_bytes() == capacity) {
+    return;
+  }
+  proto::Departure* departure = map.add_departures();
+  departure->set_node_id(before.info().node_id());
+  departure->set_capacity_bytes(capacity);
+  departure->set_epoch(epoch);
+  const int excess =
+      map.departures_size() - static_cast<int>(placement::kMaxDepartures);
+  if (excess <= 0) return;
+  map.set_history_epoch(
+      std::max(map.history_epoch(), map.departures(excess - 1).epoch()));
+  map.mutable_departures()->DeleteSubrange(0, excess);
+}
+
+uint64_t RestartMapHistory(proto::ClusterMap& map, uint64_t at_least) {
+  const uint64_t epoch = std::max(at_least, map.epoch() + 1);
+  map.set_epoch(epoch);
+  map.set_history_epoch(epoch);
+  map.clear_departures();
+  return epoch;
+}
+
 proto::NodeEntry DurableEntry(const proto::NodeEntry& entry) {
   proto::NodeEntry out;
   *out.mutable_info() = entry.info();
   out.set_state(entry.state());
+  return out;
+}
+
+proto::ClusterMap DurableMap(const proto::ClusterMap& map) {
+  proto::ClusterMap out = map;
+  for (proto::NodeEntry& entry : *out.mutable_nodes()) {
+    entry.clear_last_heartbeat_unix_ms();
+    entry.clear_stats();
+  }
   return out;
 }
 

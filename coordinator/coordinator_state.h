@@ -69,6 +69,13 @@ class CoordinatorState {
   // Returns the new epoch.
   virtual absl::StatusOr<uint64_t> BumpEpoch() = 0;
 
+  // Starts the map's history afresh at an epoch of at least `at_least` (and
+  // above the current one), in one atomic step: the epoch jumps there,
+  // history_epoch becomes it and the departures are dropped. For a
+  // coordinator that finds it has lost the history nodes remember (a node
+  // registers having seen a newer epoch). Returns the new epoch.
+  virtual absl::StatusOr<uint64_t> RestartHistory(uint64_t at_least) = 0;
+
   // ---- Regions (no epoch bump: regions are not part of the map). ----
 
   // A fresh region id, increasing from the state's first id, never handed
@@ -105,9 +112,26 @@ class CoordinatorState {
 std::unique_ptr<CoordinatorState> NewInMemoryCoordinatorState(
     proto::ClusterMap initial = proto::ClusterMap(), uint64_t first_region_id = 1);
 
+// What every implementation does to `map` when the entry `before` is
+// replaced by `after` (null: marked dead) in the change that makes `epoch`:
+// when `before` was alive and the change moves keys (death, or another
+// capacity), appends its Departure, dropping the oldest past
+// placement::kMaxDepartures and raising history_epoch to the newest epoch
+// dropped. Pure; the caller holds whatever lock guards `map`.
+void NoteNodeChange(proto::ClusterMap& map, const proto::NodeEntry& before,
+                    const proto::NodeEntry* after, uint64_t epoch);
+
+// The part of RestartHistory every implementation shares: the new epoch
+// (max(at_least, epoch + 1)) set in `map` with history_epoch, departures
+// dropped. Returns the new epoch.
+uint64_t RestartMapHistory(proto::ClusterMap& map, uint64_t at_least);
+
 // The durable part of a map entry: its info and state, without the
 // liveness fields (heartbeat time, stats).
 proto::NodeEntry DurableEntry(const proto::NodeEntry& entry);
+// The durable part of a map: its epoch, history (departures,
+// history_epoch) and every entry's DurableEntry.
+proto::ClusterMap DurableMap(const proto::ClusterMap& map);
 
 // A first region id for a coordinator starting now without durable state:
 // its start time in ms, times 2^20. Nodes outlive a coordinator restart and

@@ -88,6 +88,10 @@ class EtcdState final : public CoordinatorState {
   absl::StatusOr<uint64_t> BumpEpoch() override {
     return ChangeMap([&](CoordinatorState& s) { return s.BumpEpoch(); });
   }
+  absl::StatusOr<uint64_t> RestartHistory(uint64_t at_least) override {
+    return ChangeMap(
+        [&](CoordinatorState& s) { return s.RestartHistory(at_least); });
+  }
   absl::StatusOr<uint64_t> NextRegionId() override {
     absl::MutexLock write(&write_mu_);
     MESHPOOL_RETURN_IF_ERROR(Settle());
@@ -163,11 +167,7 @@ class EtcdState final : public CoordinatorState {
     std::unique_ptr<CoordinatorState> scratch =
         NewInMemoryCoordinatorState(std::move(map));
     MESHPOOL_RETURN_IF_ERROR(change(*scratch).status());
-    proto::ClusterMap after = *scratch->Snapshot();
-    proto::ClusterMap durable;
-    durable.set_epoch(after.epoch());
-    for (const proto::NodeEntry& e : after.nodes())
-      *durable.add_nodes() = DurableEntry(e);
+    const proto::ClusterMap durable = DurableMap(*scratch->Snapshot());
     MESHPOOL_RETURN_IF_ERROR(
         Commit({PutOp(Key(kMapKey), durable.SerializeAsString())}));
     absl::MutexLock lock(&mu_);

@@ -29,9 +29,14 @@ proto::NodeEntry* FindEntry(proto::ClusterMap& map, absl::string_view id) {
 // does not have (a log that does not continue this snapshot).
 absl::Status Apply(const proto::StateRecord& r, proto::StateSnapshot& state) {
   proto::ClusterMap& map = *state.mutable_map();
-  if (r.epoch() != 0) map.set_epoch(r.epoch());
+  if (r.restart_history()) {
+    RestartMapHistory(map, r.epoch());
+  } else if (r.epoch() != 0) {
+    map.set_epoch(r.epoch());
+  }
   if (r.has_upsert_node()) {
     proto::NodeEntry* e = FindEntry(map, r.upsert_node().info().node_id());
+    if (e != nullptr) NoteNodeChange(map, *e, &r.upsert_node(), map.epoch());
     *(e != nullptr ? e : map.add_nodes()) = r.upsert_node();
   }
   if (!r.mark_dead().empty()) {
@@ -40,6 +45,7 @@ absl::Status Apply(const proto::StateRecord& r, proto::StateSnapshot& state) {
       return absl::DataLossError(
           absl::StrCat("a record marks unknown node ", r.mark_dead(), " dead"));
     }
+    NoteNodeChange(map, *e, nullptr, map.epoch());
     e->set_state(proto::NODE_DEAD);
   }
   if (!r.remove_node().empty()) {
@@ -154,6 +160,16 @@ class FileCoordinatorState final : public CoordinatorState {
     return epoch_;
   }
 
+  absl::StatusOr<uint64_t> RestartHistory(uint64_t at_least) override {
+    absl::MutexLock lock(&mu_);
+    proto::StateRecord r;
+    r.set_epoch(std::max(at_least, epoch_ + 1));
+    r.set_restart_history(true);
+    MESHPOOL_RETURN_IF_ERROR(Log(r));
+    MESHPOOL_ASSIGN_OR_RETURN(epoch_, mem_->RestartHistory(r.epoch()));
+    return epoch_;
+  }
+
   absl::StatusOr<uint64_t> NextRegionId() override {
     absl::MutexLock lock(&mu_);
     proto::StateRecord r;
@@ -226,10 +242,7 @@ class FileCoordinatorState final : public CoordinatorState {
     if (!map.ok() || !regions.ok()) return std::nullopt;
     proto::StateSnapshot s;
     s.set_generation(log_.generation() + 1);
-    s.mutable_map()->set_epoch(map->epoch());
-    for (const proto::NodeEntry& e : map->nodes()) {
-      *s.mutable_map()->add_nodes() = DurableEntry(e);
-    }
+    *s.mutable_map() = DurableMap(*map);
     for (proto::RegionInfo& r : *regions) *s.add_regions() = std::move(r);
     s.set_next_region_id(next_region_id_);
     if (!Apply(pending, s).ok()) return std::nullopt;

@@ -151,7 +151,8 @@ void Membership::RememberForgottenLocked(const proto::NodeInfo& info) {
 }
 
 absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
-    const proto::NodeInfo& info, absl::string_view caller) {
+    const proto::NodeInfo& info, absl::string_view caller,
+    uint64_t last_epoch) {
   MESHPOOL_RETURN_IF_ERROR(registrations_.Admit(caller));
   MESHPOOL_RETURN_IF_ERROR(ValidateNodeInfo(info, max_node_bytes_));
   absl::MutexLock lock(&mu_);
@@ -196,6 +197,12 @@ absl::StatusOr<proto::RegisterNodeReply> Membership::Register(
   }
   entry.set_state(proto::NODE_ALIVE);
   entry.set_last_heartbeat_unix_ms(NowMillis());
+  if (last_epoch > epoch_) {
+    // The node saw epochs this coordinator never made: its state (and the
+    // departures objects are checked against) was lost. Start past them.
+    MESHPOOL_ASSIGN_OR_RETURN(
+        epoch_, state_->RestartHistory(last_epoch + kLostHistoryEpochGap));
+  }
   MESHPOOL_ASSIGN_OR_RETURN(epoch_, state_->UpsertNode(entry));
   proto::RegisterNodeReply reply;
   reply.set_node_id(entry.info().node_id());

@@ -43,6 +43,10 @@ inline constexpr absl::Duration kDefaultForgetDeadAfter = absl::Hours(1);
 // that such a process coming back is still told it was declared dead.
 inline constexpr size_t kMaxForgottenIncarnations = 4 * kMaxMapNodes;
 static_assert(kMaxForgottenIncarnations >= kMaxMapNodes);
+// How far past the newest epoch a node reports a coordinator that lost its
+// state starts its history: clients (and the objects they wrote) may have
+// seen epochs a little newer than any node heard of before the loss.
+inline constexpr uint64_t kLostHistoryEpochGap = uint64_t{1} << 20;
 
 // What one node may make of the cluster (CoordinatorOptions).
 struct RegistrationLimits {
@@ -87,8 +91,13 @@ class Membership {
   // ResourceExhausted for a new id when the map holds kMaxMapNodes. Reply
   // carries node_id and the new epoch (heartbeat_interval_ms is left to the
   // caller). Unavailable after Shutdown.
+  // `last_epoch` is the newest epoch the node was told: one above the
+  // current epoch means this coordinator lost the state that node saw, and
+  // the map's history restarts kLostHistoryEpochGap past it
+  // (CoordinatorState::RestartHistory), so no epoch is used twice.
   absl::StatusOr<proto::RegisterNodeReply> Register(const proto::NodeInfo& info,
-                                                    absl::string_view caller);
+                                                    absl::string_view caller,
+                                                    uint64_t last_epoch = 0);
 
   // known=false for an unknown id, a stale incarnation or a dead node;
   // otherwise stores the heartbeat time and stats. Unavailable after Shutdown.

@@ -269,17 +269,26 @@ uint64_t ObjectBytes(uint64_t key_length, uint64_t value_length) {
                  kObjectAlign);
 }
 
+uint64_t ObjectMapEpoch(const ObjectHeader& header) {
+  return (uint64_t{header.map_epoch_high} << 32) | header.map_epoch_low;
+}
+
 uint64_t DigestOffset(uint64_t key_length, uint64_t value_length) {
   return ValueOffset(key_length) + RoundUp(value_length, 8);
 }
 
 uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
                             uint64_t value_length, uint64_t incarnation,
-                            uint64_t sequence) {
+                            uint64_t sequence, uint64_t map_epoch) {
   KeyHash hash = HashKey(key);
   ObjectHeader h{};
   h.magic = kObjectMagic;
   h.version = kFormatVersion;
+  // An epoch past 48 bits (never reached: see kLostHistoryEpochGap) would
+  // be recorded as the largest, never as an older one.
+  map_epoch = std::min(map_epoch, kMaxObjectMapEpoch);
+  h.map_epoch_high = static_cast<uint16_t>(map_epoch >> 32);
+  h.map_epoch_low = static_cast<uint32_t>(map_epoch);
   h.key_length = static_cast<uint32_t>(key.size());
   h.value_length = value_length;
   h.key_hash_lo = hash.lo;
@@ -308,10 +317,10 @@ void EncodeDigests(absl::string_view value, uint64_t header_checksum,
 
 void EncodeObject(absl::Span<char> dst, absl::string_view key,
                   absl::string_view value, uint64_t incarnation,
-                  uint64_t sequence) {
+                  uint64_t sequence, uint64_t map_epoch) {
   char* p = dst.data();
-  uint64_t checksum =
-      EncodeObjectPrefix(dst, key, value.size(), incarnation, sequence);
+  uint64_t checksum = EncodeObjectPrefix(dst, key, value.size(), incarnation,
+                                         sequence, map_epoch);
   uint64_t value_off = ValueOffset(key.size());
   if (!value.empty()) std::memcpy(p + value_off, value.data(), value.size());
   uint64_t digest_off = DigestOffset(key.size(), value.size());

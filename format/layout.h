@@ -41,8 +41,9 @@ namespace meshpool::format {
 
 inline constexpr uint64_t kSuperblockMagic = 0x4c4f4f504853454dull;  // MESHPOOL
 inline constexpr uint32_t kObjectMagic = 0x4a424f4du;                // MOBJ
-// 2: slab table, pin area; 3: a slab's region word.
-inline constexpr uint32_t kFormatVersion = 3;
+// 2: slab table, pin area; 3: a slab's region word; 4: objects carry the
+// map epoch they were written under.
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr size_t kSuperblockBytes = 4096;
 inline constexpr size_t kSlotBytes = 8;
 inline constexpr size_t kSlotsPerBucket = 8;
@@ -205,12 +206,15 @@ Slot DecodeSlot(uint64_t word);
 // Size bound a slot records for an object of `object_bytes`.
 uint64_t SlotSizeBound(uint64_t object_bytes);
 
+// The map epoch an object records is 48 bits wide (ObjectMapEpoch).
+inline constexpr uint64_t kMaxObjectMapEpoch = (uint64_t{1} << 48) - 1;
+
 struct ObjectHeader {
   uint32_t magic;
   uint16_t version;
-  uint16_t flags;
+  uint16_t map_epoch_high;  // bits 32..47 of the writer's map epoch
   uint32_t key_length;
-  uint32_t reserved;
+  uint32_t map_epoch_low;  // bits 0..31
   uint64_t value_length;
   uint64_t key_hash_lo;
   uint64_t key_hash_hi;
@@ -219,6 +223,11 @@ struct ObjectHeader {
   uint64_t header_checksum;  // XXH3-64 of the 56 bytes above
 };
 static_assert(sizeof(ObjectHeader) == kObjectHeaderBytes);
+
+// The cluster map epoch the object's writer routed its key by (0: written
+// outside a cluster, or by a writer that had no map). Readers compare it
+// with placement::OldestCurrentObjectEpoch.
+uint64_t ObjectMapEpoch(const ObjectHeader& header);
 
 uint64_t DigestCount(uint64_t value_length);
 // Total bytes of an object, padded to kObjectAlign.
@@ -230,10 +239,12 @@ uint64_t ValueOffset(uint64_t key_length);
 uint64_t DigestOffset(uint64_t key_length, uint64_t value_length);
 
 // Writes a complete object into `dst` (REQUIRES: dst.size() >=
-// ObjectBytes(key.size(), value.size())).
+// ObjectBytes(key.size(), value.size())). `map_epoch`: the map the writer
+// routed the key by (ObjectMapEpoch; REQUIRES: at most
+// kMaxObjectMapEpoch).
 void EncodeObject(absl::Span<char> dst, absl::string_view key,
                   absl::string_view value, uint64_t incarnation,
-                  uint64_t sequence);
+                  uint64_t sequence, uint64_t map_epoch = 0);
 
 // The pieces of EncodeObject, for writers that gather the value straight
 // from the caller's memory: the header and padded key (ValueOffset(key)
@@ -241,7 +252,7 @@ void EncodeObject(absl::Span<char> dst, absl::string_view key,
 // (8 * DigestCount(value.size()) bytes, to go at DigestOffset).
 uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
                             uint64_t value_length, uint64_t incarnation,
-                            uint64_t sequence);
+                            uint64_t sequence, uint64_t map_epoch = 0);
 void EncodeDigests(absl::string_view value, uint64_t header_checksum,
                    absl::Span<char> dst);
 

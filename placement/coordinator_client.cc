@@ -307,9 +307,10 @@ CoordinatorClient::~CoordinatorClient() = default;
 const std::string& CoordinatorClient::address() const { return address_; }
 
 absl::StatusOr<proto::RegisterNodeReply> CoordinatorClient::RegisterNode(
-    const proto::NodeInfo& info) {
+    const proto::NodeInfo& info, uint64_t last_epoch) {
   proto::RegisterNodeRequest request;
   *request.mutable_info() = info;
+  request.set_last_epoch(last_epoch);
   return rpc_->Unary<proto::RegisterNodeReply>(
       "RegisterNode", address_,
       [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,

@@ -49,8 +49,10 @@ class CoordinatorClient {
   // InvalidArgument (with what is wrong) for an incomplete NodeInfo: no
   // transport address, no pool region, zero capacity, missing layout, id
   // longer than placement::kMaxNodeIdBytes (placement/placement.h).
+  // `last_epoch`: the newest map epoch the node has been told (0: none;
+  // RegisterNodeRequest.last_epoch).
   absl::StatusOr<proto::RegisterNodeReply> RegisterNode(
-      const proto::NodeInfo& info);
+      const proto::NodeInfo& info, uint64_t last_epoch = 0);
   // known=false in the reply: register again.
   absl::StatusOr<proto::HeartbeatReply> Heartbeat(
       const proto::HeartbeatRequest& request);

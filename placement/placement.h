@@ -42,6 +42,23 @@ int HomeNode(const proto::ClusterMap& map, uint64_t key_hash_lo, uint64_t key_ha
 std::vector<int> RankNodes(const proto::ClusterMap& map, uint64_t key_hash_lo,
                            uint64_t key_hash_hi, size_t count);
 
+// The map keeps at most this many departures (ClusterMap.departures); the
+// oldest ones past it are dropped and history_epoch rises instead. Bounds
+// the work OldestCurrentObjectEpoch may do per key.
+inline constexpr size_t kMaxDepartures = 256;
+
+// The oldest map epoch a KV object of the key, found at map.nodes(home),
+// may have been written under and still be the key's latest value: the
+// newest departure (ClusterMap.departures) that outranks that node for the
+// key in rendezvous order (the key lived there for a while, so a newer
+// value may have been written there while this one stayed behind), else
+// map.history_epoch. Readers treat older objects as absent. Cost: one
+// rendezvous score per departure newer than history_epoch, newest first,
+// stopping at the first that outranks `home`; none without departures.
+// REQUIRES: 0 <= home < map.nodes_size().
+uint64_t OldestCurrentObjectEpoch(const proto::ClusterMap& map, int home,
+                                  uint64_t key_hash_lo, uint64_t key_hash_hi);
+
 // The pool layout `info` registered, as the format module's struct.
 format::PoolLayout NodeLayout(const proto::NodeInfo& info);
 

@@ -71,11 +71,18 @@ struct RendezvousOrder {
   }
 };
 
+double ScoreOf(const std::string& node_id, uint64_t capacity, uint64_t lo,
+               uint64_t hi);
+
 Scored Score(const proto::ClusterMap& map, int index, uint64_t lo, uint64_t hi) {
-  const proto::NodeEntry& entry = map.nodes(index);
-  const double u = UnitInterval(NodeHash(lo, hi, entry.info().node_id()));
-  const double weight = static_cast<double>(entry.info().capacity_bytes());
-  return Scored{-weight / std::log(u), index};
+  const proto::NodeInfo& info = map.nodes(index).info();
+  return Scored{ScoreOf(info.node_id(), info.capacity_bytes(), lo, hi), index};
+}
+
+double ScoreOf(const std::string& node_id, uint64_t capacity, uint64_t lo,
+               uint64_t hi) {
+  const double u = UnitInterval(NodeHash(lo, hi, node_id));
+  return -static_cast<double>(capacity) / std::log(u);
 }
 
 }  // namespace
@@ -109,6 +116,30 @@ std::vector<int> RankNodes(const proto::ClusterMap& map, uint64_t key_hash_lo,
   ranked.reserve(keep);
   for (size_t i = 0; i < keep; ++i) ranked.push_back(scored[i].index);
   return ranked;
+}
+
+uint64_t OldestCurrentObjectEpoch(const proto::ClusterMap& map, int home,
+                                  uint64_t key_hash_lo, uint64_t key_hash_hi) {
+  const uint64_t history = map.history_epoch();
+  const auto& departures = map.departures();
+  if (departures.empty()) return history;
+  const std::string& home_id = map.nodes(home).info().node_id();
+  const double home_score = Score(map, home, key_hash_lo, key_hash_hi).score;
+  // Departures are appended in epoch order: the first one (from the newest)
+  // that outranks home is the newest, and none older than history counts.
+  for (int i = departures.size() - 1; i >= 0; --i) {
+    const proto::Departure& d = departures[i];
+    if (d.epoch() <= history) break;
+    // The same id is the home itself under another weight: its objects
+    // were all written since it (re)joined.
+    if (d.node_id() == home_id || d.capacity_bytes() == 0) continue;
+    const double score =
+        ScoreOf(d.node_id(), d.capacity_bytes(), key_hash_lo, key_hash_hi);
+    if (score > home_score || (score == home_score && d.node_id() < home_id)) {
+      return d.epoch();
+    }
+  }
+  return history;
 }
 
 }  // namespace meshpool::placement

@@ -237,6 +237,10 @@ class NodeImpl {
   absl::Duration heartbeat_interval_ = kDefaultHeartbeatInterval;
   // From the coordinator's RegisterNodeReply (zero: it never forgets).
   absl::Duration forgotten_after_ = absl::ZeroDuration();
+  // The newest map epoch the coordinator told this node (registration and
+  // heartbeat replies), reported when it registers again. Written by
+  // Register, then by the heartbeat thread only.
+  uint64_t last_epoch_ = 0;
 
   absl::Mutex stop_mu_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
@@ -431,6 +435,7 @@ absl::Status NodeImpl::Register() {
   MESHPOOL_ASSIGN_OR_RETURN(proto::RegisterNodeReply reply,
                             coordinator_->RegisterNode(Registration()));
   heartbeat_ok_ns_ = absl::ToUnixNanos(options_.env->Now());
+  last_epoch_ = reply.epoch();
   info_.set_node_id(reply.node_id());
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
@@ -496,6 +501,7 @@ void NodeImpl::HeartbeatLoop() {
     reachable = true;
     const absl::Time answered = options_.env->Now();
     heartbeat_ok_ns_ = absl::ToUnixNanos(answered);
+    if (reply->known()) last_epoch_ = std::max(last_epoch_, reply->epoch());
     // At most how long the coordinator went without hearing from this node
     // when it answered (it may have forgotten it at any point before).
     const absl::Duration silent = answered - heard;
@@ -529,7 +535,7 @@ void NodeImpl::HeartbeatLoop() {
     }
     // The coordinator forgot us (restart without state).
     absl::StatusOr<proto::RegisterNodeReply> again =
-        coordinator_->RegisterNode(Registration());
+        coordinator_->RegisterNode(Registration(), last_epoch_);
     if (!again.ok()) {
       Log(absl::StrCat("registering again failed: ",
                        again.status().ToString()));
@@ -538,6 +544,7 @@ void NodeImpl::HeartbeatLoop() {
                        "; keeping ", info_.node_id()));
     } else {
       forgotten_after_ = absl::Milliseconds(again->forgotten_after_ms());
+      last_epoch_ = again->epoch();
       Log(absl::StrCat("registered again, epoch ", again->epoch()));
     }
   }

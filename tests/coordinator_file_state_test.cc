@@ -272,6 +272,40 @@ TEST(FileCoordinatorState, AForgottenNodeStaysForgottenAfterAReopen) {
   EXPECT_EQ(s->FindNode("a").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(FileCoordinatorState,
+     DeparturesAndARestartedHistorySurviveAReopenAndACompaction) {
+  for (const size_t compact_after : {size_t{4096}, size_t{2}}) {
+    SCOPED_TRACE(absl::StrCat("compact after ", compact_after, " records"));
+    ScopedTempDir dir;
+    proto::NodeEntry a = Node("a", 11);
+    a.mutable_info()->set_capacity_bytes(1 << 20);
+    proto::NodeEntry b = Node("b", 22);
+    b.mutable_info()->set_capacity_bytes(2 << 20);
+    {
+      auto s = Open(dir.path(), nullptr, compact_after);
+      ASSERT_NE(s, nullptr);
+      ASSERT_EQ(*s->UpsertNode(a), 1u);
+      ASSERT_EQ(*s->MarkDead("a"), 2u);
+      ASSERT_EQ(*s->RestartHistory(100), 100u);
+      ASSERT_EQ(*s->UpsertNode(b), 101u);
+      b.mutable_info()->set_capacity_bytes(3 << 20);
+      ASSERT_EQ(*s->UpsertNode(b), 102u);
+      ASSERT_EQ(*s->MarkDead("b"), 103u);
+    }
+    auto s = Open(dir.path(), nullptr, compact_after);
+    ASSERT_NE(s, nullptr);
+    const proto::ClusterMap map = *s->Snapshot();
+    EXPECT_EQ(map.epoch(), 103u);
+    EXPECT_EQ(map.history_epoch(), 100u);
+    ASSERT_EQ(map.departures_size(), 2) << "a's left with the old history";
+    EXPECT_EQ(map.departures(0).node_id(), "b");
+    EXPECT_EQ(map.departures(0).capacity_bytes(), 2u << 20);
+    EXPECT_EQ(map.departures(0).epoch(), 102u);
+    EXPECT_EQ(map.departures(1).capacity_bytes(), 3u << 20);
+    EXPECT_EQ(map.departures(1).epoch(), 103u);
+  }
+}
+
 TEST(FileCoordinatorState, RenameOntoAnExistingNameFollowsReplace) {
   ScopedTempDir dir;
   {

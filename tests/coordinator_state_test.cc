@@ -1,13 +1,17 @@
-// coordinator/coordinator_state: the region half of the in-memory
-// CoordinatorState (ids, put/find/remove/list, rename, restarts).
+// coordinator/coordinator_state: the in-memory CoordinatorState's regions
+// (ids, put/find/remove/list, rename, restarts) and the map's history
+// (departures, a restarted history).
+#include "coordinator/coordinator_state.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "coordinator/coordinator_state.h"
 #include "gtest/gtest.h"
+#include "placement/placement.h"
 
 namespace meshpool::coordinator {
 namespace {
@@ -84,6 +88,61 @@ TEST(CoordinatorStateRegions, RestartedStateStartsPastEveryIdOfAnEarlierStart) {
   std::unique_ptr<CoordinatorState> after = NewInMemoryCoordinatorState(
       {}, FirstRegionIdAt(first_start + absl::Milliseconds(1)));
   EXPECT_GT(*after->NextRegionId(), last);
+}
+
+proto::NodeEntry AliveNode(const std::string& id, uint64_t capacity) {
+  proto::NodeEntry e;
+  e.mutable_info()->set_node_id(id);
+  e.mutable_info()->set_capacity_bytes(capacity);
+  e.set_state(proto::NODE_ALIVE);
+  return e;
+}
+
+void ExpectDeparture(const proto::Departure& d, const std::string& id,
+                     uint64_t capacity, uint64_t epoch) {
+  EXPECT_EQ(d.node_id(), id);
+  EXPECT_EQ(d.capacity_bytes(), capacity);
+  EXPECT_EQ(d.epoch(), epoch);
+}
+
+TEST(CoordinatorStateMap,
+     ADeathOrANewWeightIsADepartureAndARestartedHistoryKeepsNone) {
+  std::unique_ptr<CoordinatorState> state = NewInMemoryCoordinatorState();
+  ASSERT_EQ(*state->UpsertNode(AliveNode("a", 100)), 1u);
+  ASSERT_EQ(*state->UpsertNode(AliveNode("a", 100)), 2u);  // same weight
+  ASSERT_EQ(*state->UpsertNode(AliveNode("a", 200)), 3u);
+  ASSERT_EQ(*state->MarkDead("a"), 4u);
+  ASSERT_EQ(*state->MarkDead("a"), 5u);  // already dead: no departure
+  ASSERT_EQ(*state->UpsertNode(AliveNode("a", 200)), 6u);  // back: none
+  proto::ClusterMap map = *state->Snapshot();
+  ASSERT_EQ(map.departures_size(), 2);
+  ExpectDeparture(map.departures(0), "a", 100, 3);
+  ExpectDeparture(map.departures(1), "a", 200, 4);
+  EXPECT_EQ(map.history_epoch(), 0u);
+
+  EXPECT_EQ(*state->RestartHistory(50), 50u);
+  map = *state->Snapshot();
+  EXPECT_EQ(map.epoch(), 50u);
+  EXPECT_EQ(map.history_epoch(), 50u);
+  EXPECT_EQ(map.departures_size(), 0);
+  EXPECT_EQ(*state->RestartHistory(10), 51u) << "never back: past the epoch";
+}
+
+TEST(CoordinatorStateMap,
+     DeparturesPastTheCapDropTheOldestAndRaiseTheHistoryEpoch) {
+  std::unique_ptr<CoordinatorState> state = NewInMemoryCoordinatorState();
+  constexpr int kOver = 3;
+  std::vector<uint64_t> death_epochs;
+  for (size_t i = 0; i < placement::kMaxDepartures + kOver; ++i) {
+    const std::string id = absl::StrCat("n", i);
+    ASSERT_TRUE(state->UpsertNode(AliveNode(id, 1 << 20)).ok());
+    death_epochs.push_back(*state->MarkDead(id));
+  }
+  const proto::ClusterMap map = *state->Snapshot();
+  ASSERT_EQ(map.departures_size(), static_cast<int>(placement::kMaxDepartures));
+  EXPECT_EQ(map.history_epoch(), death_epochs[kOver - 1]);
+  ExpectDeparture(map.departures(0), absl::StrCat("n", kOver), 1 << 20,
+                  death_epochs[kOver]);
 }
 
 }  // namespace

@@ -290,6 +290,31 @@ TEST_F(CoordinatorTest, RestartedNodeReplacesItsEntry) {
   EXPECT_TRUE(Beat(id, 2).known());
 }
 
+TEST_F(CoordinatorTest, ANodeThatSawNewerEpochsRestartsTheMapsHistoryPastThem) {
+  // A node of a coordinator that lost its state registers, having seen
+  // epoch 1000: the map starts past every epoch anyone saw then.
+  const std::string a = Register(ValidNode("", 1)).node_id();
+  absl::StatusOr<proto::RegisterNodeReply> old_node =
+      client_->RegisterNode(ValidNode("old-node", 7), /*last_epoch=*/1000);
+  ASSERT_TRUE(old_node.ok()) << old_node.status();
+  EXPECT_EQ(old_node->epoch(), 1000 + kLostHistoryEpochGap + 1);
+  proto::ClusterMap map = RemoteMap();
+  EXPECT_EQ(map.history_epoch(), 1000 + kLostHistoryEpochGap);
+  ASSERT_NE(FindEntry(map, a), nullptr) << "the nodes stay";
+
+  // A node that saw no newer epoch than the coordinator's changes nothing;
+  // a death after the restart is a departure again.
+  absl::StatusOr<proto::RegisterNodeReply> b =
+      client_->RegisterNode(ValidNode("b", 1), map.epoch());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->epoch(), map.epoch() + 1);
+  env_.Advance(dead_after_);
+  ASSERT_TRUE(CoordinatorTestPeer::Reap(*coordinator_).ok());
+  map = RemoteMap();
+  EXPECT_EQ(map.history_epoch(), 1000 + kLostHistoryEpochGap);
+  EXPECT_EQ(map.departures_size(), 3) << "a, old-node and b died";
+}
+
 TEST_F(CoordinatorTest, DeadIncarnationIsToldSoAndCannotRejoin) {
   const std::string id = Register(ValidNode("", 1)).node_id();
   EXPECT_FALSE(Beat(id, 1).declared_dead());

@@ -1,8 +1,10 @@
 // format/layout: slot encoding, layout computation, object encode/verify.
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -373,4 +375,29 @@ TEST(FormatLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
 }
 
 }  // namespace
+TEST(FormatLayout, AnObjectRecordsItsMapEpochUnderTheHeaderChecksum) {
+  const std::string key = "epoch";
+  for (uint64_t epoch : {uint64_t{0}, uint64_t{7}, (uint64_t{1} << 32) + 3,
+                         format::kMaxObjectMapEpoch}) {
+    std::vector<char> bytes(format::ObjectBytes(key.size(), 10));
+    format::EncodeObject(absl::MakeSpan(bytes), key, "0123456789", 1, 2, epoch);
+    format::ObjectHeader header;
+    ASSERT_EQ(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), 1,
+                                         &header),
+              format::Verdict::kValid);
+    EXPECT_EQ(format::ObjectMapEpoch(header), epoch);
+    // The epoch's bytes are covered: a changed epoch is a torn header.
+    bytes[offsetof(format::ObjectHeader, map_epoch_low)] ^= 1;
+    EXPECT_EQ(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), 1),
+              format::Verdict::kStale);
+  }
+  std::vector<char> bytes(format::ObjectBytes(key.size(), 1));
+  format::EncodeObject(absl::MakeSpan(bytes), key, "x", 1, 2,
+                       format::kMaxObjectMapEpoch + 5);
+  format::ObjectHeader header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  EXPECT_EQ(format::ObjectMapEpoch(header), format::kMaxObjectMapEpoch)
+      << "past 48 bits it records the largest, never a wrapped older one";
+}
+
 }  // namespace meshpool::format

@@ -161,6 +161,72 @@ TEST(RendezvousTest, RankNodesAreDistinctAndStartWithTheHome) {
   EXPECT_TRUE(RankNodes(map, 1, 2, 0).empty());
 }
 
+void AddDeparture(proto::ClusterMap& map, const std::string& id,
+                  uint64_t capacity, uint64_t epoch) {
+  proto::Departure* d = map.add_departures();
+  d->set_node_id(id);
+  d->set_capacity_bytes(capacity);
+  d->set_epoch(epoch);
+}
+
+// Whether `id` with `capacity`, alive beside the map's nodes, would be the
+// key's home: then the key lived there before it departed.
+bool WouldHaveHomed(const proto::ClusterMap& map, const std::string& id,
+                    uint64_t capacity, const KeyHash& key) {
+  proto::ClusterMap with = map;
+  with.clear_departures();
+  AddNode(with, id, capacity);
+  return HomeId(with, key) == id;
+}
+
+TEST(RendezvousTest,
+     AnObjectOlderThanTheNewestDepartureThatOutrankedItsHomeIsOutdated) {
+  proto::ClusterMap map = EqualNodes(3);
+  map.set_history_epoch(2);
+  AddDeparture(map, "node-big-gone", 2 * kGiB, 5);
+  AddDeparture(map, "node-gone", kGiB, 9);
+  int by_newest = 0, by_older = 0, by_none = 0;
+  for (const KeyHash& key : RandomKeys(4000)) {
+    const int home = HomeNode(map, key.lo, key.hi);
+    ASSERT_GE(home, 0);
+    uint64_t expected = 2;
+    if (WouldHaveHomed(map, "node-gone", kGiB, key)) {
+      expected = 9;
+      ++by_newest;
+    } else if (WouldHaveHomed(map, "node-big-gone", 2 * kGiB, key)) {
+      expected = 5;
+      ++by_older;
+    } else {
+      ++by_none;
+    }
+    ASSERT_EQ(OldestCurrentObjectEpoch(map, home, key.lo, key.hi), expected)
+        << "home " << map.nodes(home).info().node_id();
+  }
+  std::cout << "by_newest=" << by_newest << " by_older=" << by_older
+            << " by_none=" << by_none << std::endl;
+  // Each case happens for a good share of the keys (expected about 1/4,
+  // 2/5 and 1/3 of them).
+  EXPECT_GT(by_newest, 400);
+  EXPECT_GT(by_older, 400);
+  EXPECT_GT(by_none, 400);
+}
+
+TEST(RendezvousTest,
+     DeparturesNoNewerThanTheHistoryEpochOrOfTheHomeItselfDoNotCount) {
+  proto::ClusterMap map = EqualNodes(2);
+  map.set_history_epoch(10);
+  AddDeparture(map, "node-gone", 100 * kGiB, 8);  // outranks nearly every home
+  for (const KeyHash& key : RandomKeys(200)) {
+    const int home = HomeNode(map, key.lo, key.hi);
+    EXPECT_EQ(OldestCurrentObjectEpoch(map, home, key.lo, key.hi), 10u);
+  }
+  proto::ClusterMap same = EqualNodes(1);
+  AddDeparture(same, "node-1", 100 * kGiB, 4);  // node-1 under its old weight
+  for (const KeyHash& key : RandomKeys(50)) {
+    EXPECT_EQ(OldestCurrentObjectEpoch(same, 0, key.lo, key.hi), 0u);
+  }
+}
+
 TEST(RendezvousTest, LongNodeIdsFromHandBuiltMapsStillHash) {
   proto::ClusterMap map;
   AddNode(map, std::string(kMaxNodeIdBytes * 4, 'x'), kGiB);

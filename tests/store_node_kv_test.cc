@@ -405,14 +405,14 @@ TEST_P(NodeKvTest, WithoutEvictionAFullPoolIsResourceExhausted) {
   }
 }
 
-TEST_P(NodeKvTest, PublishesTheV3LayoutInNodeInfoAndTheSuperblock) {
+TEST_P(NodeKvTest, PublishesTheCurrentLayoutInNodeInfoAndTheSuperblock) {
   ASSERT_NO_FATAL_FAILURE(Start(Options()));
   absl::StatusOr<std::string> bytes =
       remote_->Read(0, sizeof(format::Superblock));
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   format::Superblock sb;
   std::memcpy(&sb, bytes->data(), sizeof(sb));
-  EXPECT_EQ(sb.version, 3u);  // 3: SlabMeta has the region word
+  EXPECT_EQ(sb.version, 4u);  // 4: objects record their map epoch
   EXPECT_EQ(sb.slab_meta_offset, layout().slab_meta_offset());
   EXPECT_EQ(sb.pin_area_offset, layout().pin_area_offset());
   EXPECT_EQ(sb.pin_sessions, 4u);

@@ -33,18 +33,24 @@ class Cluster:
                                "first, or set MESHPOOL_BIN")
         self.procs: List[subprocess.Popen] = []
         self.coordinator_args = list(coordinator_args or [])
+        self.capacity = capacity
+        self.node_args = list(node_args or [])
         self.address = "127.0.0.1:0"
         self.start_coordinator()
         self.nodes: List[subprocess.Popen] = []
-        for i in range(nodes):
-            node = subprocess.Popen(
-                [BIN, "node", "--coordinator", self.address, "--capacity",
-                 capacity, "--node-id", f"node-{i + 1}", "--transport", "tcp",
-                 "--no-huge-pages", *(node_args or [])],
-                stdout=subprocess.DEVNULL, stderr=None)
-            self.procs.append(node)
-            self.nodes.append(node)
+        for _ in range(nodes):
+            self.add_node()
         self.wait_alive(nodes)
+
+    def add_node(self) -> None:
+        """Starts one more memory node, node-<n> (wait_alive to see it)."""
+        node = subprocess.Popen(
+            [BIN, "node", "--coordinator", self.address, "--capacity",
+             self.capacity, "--node-id", f"node-{len(self.nodes) + 1}",
+             "--transport", "tcp", "--no-huge-pages", *self.node_args],
+            stdout=subprocess.DEVNULL, stderr=None)
+        self.procs.append(node)
+        self.nodes.append(node)
 
     def start_coordinator(self) -> None:
         """Starts the coordinator (again: on the same address)."""
