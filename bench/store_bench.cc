@@ -87,9 +87,10 @@ BENCHMARK(BM_SlabGrantRelease);
 void BM_EncodeObject(benchmark::State& state) {
   const std::string key = "bench-key";
   const std::string value(state.range(0), 'v');
+  const format::KeyHash hash = format::HashKey(key);
   std::vector<char> buffer(format::ObjectBytes(key.size(), value.size()));
   for (auto _ : state) {
-    format::EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
+    format::EncodeObject(absl::MakeSpan(buffer), key, hash, value, 1, 1);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * state.range(0));
@@ -100,8 +101,8 @@ void BM_VerifyObject(benchmark::State& state) {
   const std::string key = "bench-key";
   const std::string value(state.range(0), 'v');
   std::vector<char> buffer(format::ObjectBytes(key.size(), value.size()));
-  format::EncodeObject(absl::MakeSpan(buffer), key, value, 1, 1);
   const format::KeyHash hash = format::HashKey(key);
+  format::EncodeObject(absl::MakeSpan(buffer), key, hash, value, 1, 1);
   for (auto _ : state) {
     absl::string_view got;
     if (format::VerifyObject(buffer, key, hash, 1, &got) !=

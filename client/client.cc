@@ -108,7 +108,7 @@ Client::RegisterBuffer(void* addr, size_t length) {
 
 absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
-  KeyRef ref = client_internal::MakeKeyRef(key);
+  KeyRef ref = impl_->core()->MakeKeyRef(key);
   uint64_t seq = impl_->NextSequence();
   return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
     absl::Status put = client_internal::PutValue(
@@ -122,7 +122,7 @@ absl::Status Client::Put(absl::string_view key, absl::string_view value) {
 absl::StatusOr<size_t> Client::Get(absl::string_view key,
                                    absl::Span<char> out) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
-  KeyRef ref = client_internal::MakeKeyRef(key);
+  KeyRef ref = impl_->core()->MakeKeyRef(key);
   return impl_->OnHome<absl::StatusOr<size_t>>(
       ref, [&](NodeConnection& node) -> absl::StatusOr<size_t> {
         std::optional<uint32_t> lkey =
@@ -143,7 +143,7 @@ absl::StatusOr<size_t> Client::Get(absl::string_view key,
 
 absl::StatusOr<std::string> Client::Get(absl::string_view key) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
-  KeyRef ref = client_internal::MakeKeyRef(key);
+  KeyRef ref = impl_->core()->MakeKeyRef(key);
   return impl_->OnHome<absl::StatusOr<std::string>>(
       ref, [&](NodeConnection& node) -> absl::StatusOr<std::string> {
         std::string result;
@@ -161,7 +161,7 @@ absl::StatusOr<std::string> Client::Get(absl::string_view key) {
 
 absl::Status Client::Delete(absl::string_view key) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
-  KeyRef ref = client_internal::MakeKeyRef(key);
+  KeyRef ref = impl_->core()->MakeKeyRef(key);
   return impl_->OnHome<absl::Status>(ref, [&](NodeConnection& node) {
     return client_internal::DeleteKey(node, ref,
                                       impl_->options().max_verify_retries);
@@ -170,7 +170,7 @@ absl::Status Client::Delete(absl::string_view key) {
 
 absl::StatusOr<bool> Client::Exists(absl::string_view key) {
   MESHPOOL_RETURN_IF_ERROR(client_internal::ValidateKey(key));
-  KeyRef ref = client_internal::MakeKeyRef(key);
+  KeyRef ref = impl_->core()->MakeKeyRef(key);
   return impl_->OnHome<absl::StatusOr<bool>>(ref, [&](NodeConnection& node) {
     return client_internal::KeyExists(node, ref,
                                       impl_->options().max_verify_retries);

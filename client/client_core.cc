@@ -89,6 +89,11 @@ absl::Status ClientCore::Init() {
   MESHPOOL_ASSIGN_OR_RETURN(
       coordinator_, placement::CoordinatorClient::Connect(
                         options_.coordinator, options_.connect_timeout, tls));
+  if (tls.enabled()) {
+    // A tenant's keys are its own: they hash in its key space.
+    MESHPOOL_ASSIGN_OR_RETURN(proto::WhoAmIReply me, coordinator_->WhoAmI());
+    key_space_ = format::KeySpaceOf(me.tenant());
+  }
   MESHPOOL_ASSIGN_OR_RETURN(proto::ClusterMap map,
                             coordinator_->GetClusterMap());
   OnMap(map);

@@ -50,6 +50,11 @@ class ClientCore {
   ClientCore& operator=(const ClientCore&) = delete;
 
   const ClientOptions& options() const { return options_; }
+  // `key` in this client's key space (its tenant's; KeyRef is routed by
+  // Route). REQUIRES: `key` outlives the ref.
+  KeyRef MakeKeyRef(absl::string_view key) const {
+    return client_internal::MakeKeyRef(key, key_space_);
+  }
   placement::CoordinatorClient& coordinator() { return *coordinator_; }
 
   // The map this client routes by now (never null after Start).
@@ -126,6 +131,8 @@ class ClientCore {
   std::atomic<uint64_t> sequence_;
   // Set by Init: what the client presents to the coordinator and nodes.
   auth::ChannelSecurity security_;
+  // Set by Init: the key space of this client's tenant (0: none).
+  uint64_t key_space_ = 0;
   std::unique_ptr<placement::CoordinatorClient> coordinator_;
   absl::Mutex mu_;
   std::unique_ptr<rdma::Transport> tcp_ ABSL_GUARDED_BY(mu_);

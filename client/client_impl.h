@@ -74,7 +74,7 @@ class Client::Impl {
         fail(i, valid);
         continue;
       }
-      KeyRef ref = client_internal::MakeKeyRef(keys[i]);
+      KeyRef ref = core_->MakeKeyRef(keys[i]);
       absl::StatusOr<std::shared_ptr<NodeConnection>> node = core_->Route(ref);
       if (!node.ok()) {
         fail(i, node.status());

@@ -53,7 +53,7 @@ void AddObjectWrites(LaneOp& s, const NodeConnection& node, const KeyRef& key,
   uint64_t at = it.alloc.offset();
   if (!it.gather) {
     format::EncodeObject(absl::MakeSpan(base + it.stage_at, it.bytes), key.key,
-                         src.value, node.incarnation(), sequence,
+                         key.hash, src.value, node.incarnation(), sequence,
                          key.map_epoch);
     s.AddWrite(wrs, base + it.stage_at, at, it.bytes);
     *last_byte = at + it.bytes;
@@ -62,8 +62,8 @@ void AddObjectWrites(LaneOp& s, const NodeConnection& node, const KeyRef& key,
   uint64_t prefix = format::ValueOffset(key.key.size());
   uint64_t digests = 8 * format::DigestCount(src.value.size());
   uint64_t checksum = format::EncodeObjectPrefix(
-      absl::MakeSpan(base + it.stage_at, prefix), key.key, src.value.size(),
-      node.incarnation(), sequence, key.map_epoch);
+      absl::MakeSpan(base + it.stage_at, prefix), key.key, key.hash,
+      src.value.size(), node.incarnation(), sequence, key.map_epoch);
   format::EncodeDigests(src.value, checksum,
                         absl::MakeSpan(base + it.stage_at + prefix, digests));
   uint64_t digest_at =

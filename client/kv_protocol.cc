@@ -247,7 +247,7 @@ absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
   Prefetch prefetch(s, key);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(bytes + 8 + prefetch.bytes()));
-  format::EncodeObject(staging.subspan(0, bytes), key.key, value,
+  format::EncodeObject(staging.subspan(0, bytes), key.key, key.hash, value,
                        node.incarnation(), sequence, key.map_epoch);
   std::vector<rdma::WorkRequest> wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
@@ -270,7 +270,7 @@ absl::Status WriteGatheredObject(LaneOp& s, NodeConnection& node,
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(prefix + digests + 8 + prefetch.bytes()));
   uint64_t checksum =
-      format::EncodeObjectPrefix(staging, key.key, value.size(),
+      format::EncodeObjectPrefix(staging, key.key, key.hash, value.size(),
                                  node.incarnation(), sequence, key.map_epoch);
   format::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =

@@ -51,8 +51,9 @@ inline bool Outdated(const KeyRef& key, const format::ObjectHeader& header) {
 bool OutdatedAt(const KeyRef& key, const char* object);
 // InvalidArgument for an empty key or one over kMaxKeyBytes.
 absl::Status ValidateKey(absl::string_view key);
-inline KeyRef MakeKeyRef(absl::string_view key) {
-  return {key, format::HashKey(key)};
+// `key` hashed in `key_space` (format::KeySpaceOf its writer's tenant).
+inline KeyRef MakeKeyRef(absl::string_view key, uint64_t key_space) {
+  return {key, format::HashKey(key, key_space)};
 }
 
 // Receives a verified value; the view is valid only during the call.

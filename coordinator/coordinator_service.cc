@@ -120,6 +120,16 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* context,
+                                        const proto::WhoAmIRequest* request,
+                                        proto::WhoAmIReply* reply) {
+  const auth::Identity caller = auth::PeerIdentity(*context);
+  reply->set_role(std::string(auth::RoleName(caller.role)));
+  reply->set_name(caller.name);
+  reply->set_tenant(caller.tenant);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
                                                const proto::GetClusterMapRequest* request,
                                                proto::ClusterMap* reply) {

@@ -41,6 +41,10 @@ class CoordinatorService final : public proto::Coordinator::Service {
   // empty when none is known now; it runs once per call, so must be quick.
   explicit CoordinatorService(std::function<std::string()> leader);
 
+  // Answered by every coordinator, leading or standing by.
+  grpc::Status WhoAmI(grpc::ServerContext* context,
+                      const proto::WhoAmIRequest* request,
+                      proto::WhoAmIReply* reply) override;
   grpc::Status RegisterNode(grpc::ServerContext* context,
                             const proto::RegisterNodeRequest* request,
                             proto::RegisterNodeReply* reply) override;

@@ -217,9 +217,19 @@ absl::Status ValidateLayout(const PoolLayout& l, uint64_t pool_length) {
   return s;
 }
 
-KeyHash HashKey(absl::string_view key) {
-  XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+KeyHash HashKey(absl::string_view key, uint64_t key_space) {
+  // Seed 0 is XXH3's unseeded hash: keys of no tenant hash as they always
+  // did.
+  XXH128_hash_t h = XXH3_128bits_withSeed(key.data(), key.size(), key_space);
   return {h.low64, h.high64};
+}
+
+uint64_t KeySpaceOf(absl::string_view tenant) {
+  if (tenant.empty()) return 0;
+  constexpr uint64_t kTenantSeed = 0x746e616e6574ull;  // "tenant"
+  const uint64_t space =
+      XXH3_64bits_withSeed(tenant.data(), tenant.size(), kTenantSeed);
+  return space != 0 ? space : 1;
 }
 
 BucketPair BucketsFor(const KeyHash& hash, uint64_t bucket_count) {
@@ -278,9 +288,9 @@ uint64_t DigestOffset(uint64_t key_length, uint64_t value_length) {
 }
 
 uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
-                            uint64_t value_length, uint64_t incarnation,
-                            uint64_t sequence, uint64_t map_epoch) {
-  KeyHash hash = HashKey(key);
+                            const KeyHash& hash, uint64_t value_length,
+                            uint64_t incarnation, uint64_t sequence,
+                            uint64_t map_epoch) {
   ObjectHeader h{};
   h.magic = kObjectMagic;
   h.version = kFormatVersion;
@@ -316,11 +326,11 @@ void EncodeDigests(absl::string_view value, uint64_t header_checksum,
 }
 
 void EncodeObject(absl::Span<char> dst, absl::string_view key,
-                  absl::string_view value, uint64_t incarnation,
-                  uint64_t sequence, uint64_t map_epoch) {
+                  const KeyHash& hash, absl::string_view value,
+                  uint64_t incarnation, uint64_t sequence, uint64_t map_epoch) {
   char* p = dst.data();
-  uint64_t checksum = EncodeObjectPrefix(dst, key, value.size(), incarnation,
-                                         sequence, map_epoch);
+  uint64_t checksum = EncodeObjectPrefix(dst, key, hash, value.size(),
+                                         incarnation, sequence, map_epoch);
   uint64_t value_off = ValueOffset(key.size());
   if (!value.empty()) std::memcpy(p + value_off, value.data(), value.size());
   uint64_t digest_off = DigestOffset(key.size(), value.size());

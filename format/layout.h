@@ -176,13 +176,19 @@ absl::StatusOr<PoolLayout> ComputeLayout(uint64_t pool_bytes,
 // does not hold.
 absl::Status ValidateLayout(const PoolLayout& layout, uint64_t pool_length);
 
-// 128-bit XXH3 of the key bytes.
+// 128-bit XXH3 of the key bytes, seeded with the key's space.
 struct KeyHash {
   uint64_t lo = 0;
   uint64_t hi = 0;
   bool operator==(const KeyHash&) const = default;
 };
-KeyHash HashKey(absl::string_view key);
+// `key_space` names the keyspace: 0 for keys of no tenant, KeySpaceOf(t)
+// for tenant t's. The same key bytes in two spaces hash apart, so they are
+// two keys (they share a slot only on a 128-bit collision, and verifiers
+// compare the whole hash).
+KeyHash HashKey(absl::string_view key, uint64_t key_space = 0);
+// The key space of `tenant`'s keys: 0 for "" (no tenant), never 0 else.
+uint64_t KeySpaceOf(absl::string_view tenant);
 
 // The two buckets a key may live in (distinct when bucket_count > 1).
 struct BucketPair {
@@ -242,17 +248,20 @@ uint64_t DigestOffset(uint64_t key_length, uint64_t value_length);
 // ObjectBytes(key.size(), value.size())). `map_epoch`: the map the writer
 // routed the key by (ObjectMapEpoch; REQUIRES: at most
 // kMaxObjectMapEpoch).
+// `hash` is the key's (HashKey, in its space).
 void EncodeObject(absl::Span<char> dst, absl::string_view key,
-                  absl::string_view value, uint64_t incarnation,
-                  uint64_t sequence, uint64_t map_epoch = 0);
+                  const KeyHash& hash, absl::string_view value,
+                  uint64_t incarnation, uint64_t sequence,
+                  uint64_t map_epoch = 0);
 
 // The pieces of EncodeObject, for writers that gather the value straight
 // from the caller's memory: the header and padded key (ValueOffset(key)
 // bytes; returns the header checksum), and the digests
 // (8 * DigestCount(value.size()) bytes, to go at DigestOffset).
 uint64_t EncodeObjectPrefix(absl::Span<char> dst, absl::string_view key,
-                            uint64_t value_length, uint64_t incarnation,
-                            uint64_t sequence, uint64_t map_epoch = 0);
+                            const KeyHash& hash, uint64_t value_length,
+                            uint64_t incarnation, uint64_t sequence,
+                            uint64_t map_epoch = 0);
 void EncodeDigests(absl::string_view value, uint64_t header_checksum,
                    absl::Span<char> dst);
 

@@ -333,6 +333,14 @@ absl::StatusOr<proto::ClusterMap> CoordinatorClient::GetClusterMap() {
           auto* reply) { return stub.GetClusterMap(context, request, reply); });
 }
 
+absl::StatusOr<proto::WhoAmIReply> CoordinatorClient::WhoAmI() {
+  const proto::WhoAmIRequest request;
+  return rpc_->Unary<proto::WhoAmIReply>(
+      "WhoAmI", address_,
+      [&](proto::Coordinator::Stub& stub, grpc::ClientContext* context,
+          auto* reply) { return stub.WhoAmI(context, request, reply); });
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorClient::Watch>> CoordinatorClient::WatchClusterMap(
     uint64_t known_epoch, std::function<void(const proto::ClusterMap&)> on_map) {
   if (!on_map) {

@@ -57,6 +57,9 @@ class CoordinatorClient {
   absl::StatusOr<proto::HeartbeatReply> Heartbeat(
       const proto::HeartbeatRequest& request);
   absl::StatusOr<proto::ClusterMap> GetClusterMap();
+  // Who the coordinator takes this client for (its certificate's role,
+  // name and tenant; role "none" without TLS).
+  absl::StatusOr<proto::WhoAmIReply> WhoAmI();
 
   // A running watch; destroying it cancels the stream and joins its thread.
   // REQUIRES: not destroyed from inside its own on_map callback.

@@ -230,8 +230,8 @@ TEST_F(ClientSimTest, PutNeverReplacesAnotherKeysObjectBehindAnUnchangedSlotWord
   const proto::NodeInfo& info = node_->info();
   const uint64_t bytes = format::ObjectBytes(1, v1.size());
   format::EncodeObject(
-      absl::MakeSpan(reinterpret_cast<char*>(object.load()), bytes), "x", other,
-      info.incarnation(), 77);
+      absl::MakeSpan(reinterpret_cast<char*>(object.load()), bytes), "x",
+      format::HashKey("x"), other, info.incarnation(), 77);
   const uint64_t word =
       format::EncodeSlot(format::Fingerprint(format::HashKey("k")), bytes,
                          object.load() - info.pool().addr());

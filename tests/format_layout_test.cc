@@ -31,7 +31,8 @@ using testing::TestSeed;
 std::vector<char> Encode(absl::string_view key, absl::string_view value,
                          uint64_t incarnation) {
   std::vector<char> bytes(format::ObjectBytes(key.size(), value.size()));
-  format::EncodeObject(absl::MakeSpan(bytes), key, value, incarnation, 7);
+  format::EncodeObject(absl::MakeSpan(bytes), key, format::HashKey(key), value,
+                       incarnation, 7);
   return bytes;
 }
 
@@ -349,10 +350,11 @@ TEST(FormatLayout, GatheredPiecesMatchTheWholeObjectAndVerifyApart) {
     std::string value(size, 'g');
     for (size_t i = 0; i < size; ++i) value[i] = static_cast<char>(i * 31);
     std::vector<char> whole(format::ObjectBytes(key.size(), size));
-    format::EncodeObject(absl::MakeSpan(whole), key, value, 9, 4);
+    format::EncodeObject(absl::MakeSpan(whole), key, format::HashKey(key),
+                         value, 9, 4);
     std::vector<char> prefix(format::ValueOffset(key.size()));
-    uint64_t checksum =
-        format::EncodeObjectPrefix(absl::MakeSpan(prefix), key, size, 9, 4);
+    uint64_t checksum = format::EncodeObjectPrefix(
+        absl::MakeSpan(prefix), key, format::HashKey(key), size, 9, 4);
     std::vector<char> digests(8 * format::DigestCount(size));
     format::EncodeDigests(value, checksum, absl::MakeSpan(digests));
     EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), whole.begin()));
@@ -380,7 +382,8 @@ TEST(FormatLayout, AnObjectRecordsItsMapEpochUnderTheHeaderChecksum) {
   for (uint64_t epoch : {uint64_t{0}, uint64_t{7}, (uint64_t{1} << 32) + 3,
                          format::kMaxObjectMapEpoch}) {
     std::vector<char> bytes(format::ObjectBytes(key.size(), 10));
-    format::EncodeObject(absl::MakeSpan(bytes), key, "0123456789", 1, 2, epoch);
+    format::EncodeObject(absl::MakeSpan(bytes), key, format::HashKey(key),
+                         "0123456789", 1, 2, epoch);
     format::ObjectHeader header;
     ASSERT_EQ(format::VerifyHeaderAndKey(bytes, key, format::HashKey(key), 1,
                                          &header),
@@ -392,8 +395,8 @@ TEST(FormatLayout, AnObjectRecordsItsMapEpochUnderTheHeaderChecksum) {
               format::Verdict::kStale);
   }
   std::vector<char> bytes(format::ObjectBytes(key.size(), 1));
-  format::EncodeObject(absl::MakeSpan(bytes), key, "x", 1, 2,
-                       format::kMaxObjectMapEpoch + 5);
+  format::EncodeObject(absl::MakeSpan(bytes), key, format::HashKey(key), "x", 1,
+                       2, format::kMaxObjectMapEpoch + 5);
   format::ObjectHeader header;
   std::memcpy(&header, bytes.data(), sizeof(header));
   EXPECT_EQ(format::ObjectMapEpoch(header), format::kMaxObjectMapEpoch)

@@ -504,6 +504,45 @@ TEST_F(TlsClusterTest,
   EXPECT_TRUE(OpenRegion(**carol, "third").ok());
 }
 
+// Keys are per tenant: one key name holds one value per tenant (and one
+// for the clients of no tenant); each reads, finds and deletes only its
+// own. The coordinator tells each client its tenant (WhoAmI).
+TEST_F(TlsClusterTest, EachTenantKeepsItsOwnValueUnderTheSameKey) {
+  auto alice = ConnectAs("alice");
+  auto carol = ConnectAs("carol");
+  auto bob = ConnectAs("bob");
+  auto plain = ConnectAs("client");
+  ASSERT_TRUE(alice.ok() && carol.ok() && bob.ok() && plain.ok());
+  auto me = CoordinatorAs("alice");
+  ASSERT_NE(me, nullptr);
+  auto who = me->WhoAmI();
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->role(), "client");
+  EXPECT_EQ(who->name(), "alice");
+  EXPECT_EQ(who->tenant(), "team-a");
+
+  ASSERT_TRUE((*alice)->Put("same-key", "alice's").ok());
+  ASSERT_TRUE((*carol)->Put("same-key", "carol's").ok());
+  ASSERT_TRUE((*bob)->Put("same-key", "bob's").ok());
+  EXPECT_EQ((*alice)->Get("same-key").value_or("?"), "alice's");
+  EXPECT_EQ((*carol)->Get("same-key").value_or("?"), "carol's");
+  EXPECT_EQ((*bob)->Get("same-key").value_or("?"), "bob's");
+  EXPECT_EQ((*plain)->Get("same-key").value_or("?"), "bob's")
+      << "clients of no tenant share one key space";
+
+  ASSERT_TRUE((*alice)->Put("alice-only", "x").ok());
+  EXPECT_EQ((*carol)->Get("alice-only").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*bob)->Get("alice-only").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*carol)->Exists("alice-only").value_or(true), false);
+  ASSERT_TRUE((*carol)->Delete("same-key").ok());
+  EXPECT_EQ((*carol)->Get("same-key").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*alice)->Get("same-key").value_or("?"), "alice's");
+  EXPECT_EQ((*bob)->Get("same-key").value_or("?"), "bob's");
+}
+
 // Models are regions: two tenants load a model of the same name, and each
 // reads back its own tensors (the load's staging region and rename stay
 // inside the tenant too).
@@ -566,6 +605,8 @@ TEST_F(TlsClusterTest, ATenantAtItsCapsLeavesSessionsAndSlabsToOthers) {
       << pinned[0];
   EXPECT_TRUE(absl::StrContains(pinned[0].message(), "'team-a' hold 1"))
       << pinned[0];
+  // carol's "k" is her own key (keys are per tenant).
+  ASSERT_TRUE((*carol)->Put("k", "carol's").ok());
   pinned = Pin(**carol, keys, absl::Seconds(30));
   EXPECT_TRUE(pinned[0].ok()) << pinned[0];
   auto got = (*alice2)->Get("k");

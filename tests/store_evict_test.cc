@@ -132,8 +132,8 @@ class EvictTest : public ::testing::Test {
       const std::string value(100, 'a' + k);
       const uint64_t offset = ObjectOffset(g->slab, k);
       const uint64_t bytes = format::ObjectBytes(key.size(), value.size());
-      format::EncodeObject(absl::MakeSpan(pool() + offset, bytes), key, value,
-                           kIncarnation, 1);
+      format::EncodeObject(absl::MakeSpan(pool() + offset, bytes), key,
+                           format::HashKey(key), value, kIncarnation, 1);
       const uint64_t slot = next_slot_++;
       memory_[layout_.index_offset / 8 + slot] =
           format::EncodeSlot(7, bytes, offset);

@@ -225,7 +225,7 @@ class NodeKvTest : public ::testing::TestWithParam<Fabric> {
     ASSERT_TRUE(g.ok()) << g.status();
     const std::string key = absl::StrCat("key-", slot);
     std::string object(format::ObjectBytes(key.size(), kValueBytes), '\0');
-    format::EncodeObject(absl::MakeSpan(object), key,
+    format::EncodeObject(absl::MakeSpan(object), key, format::HashKey(key),
                          std::string(kValueBytes, 'v'), incarnation(), slot);
     ASSERT_TRUE(remote_->Write(g->offset(), object).ok());
     const uint64_t word = format::EncodeSlot(

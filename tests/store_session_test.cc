@@ -60,7 +60,8 @@ class SessionTest : public ::testing::Test {
                      size_t value_bytes) {
     const uint64_t bytes = format::ObjectBytes(key.size(), value_bytes);
     format::EncodeObject(absl::MakeSpan(pool() + offset, bytes), key,
-                         std::string(value_bytes, 'v'), kIncarnation, 1);
+                         format::HashKey(key), std::string(value_bytes, 'v'),
+                         kIncarnation, 1);
     return bytes;
   }
   SessionGrant Open(const std::string& client) {
