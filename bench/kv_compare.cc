@@ -44,6 +44,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/kv_compare_ceilings.h"
 #include "bench/kv_compare_report.h"
 #include "bench/kv_compare_systems.h"
@@ -542,6 +543,8 @@ absl::Status Run(const Options& o, Report& report) {
 }  // namespace meshpool::bench
 
 int main(int argc, char** argv) {
+  // As the meshpool binary does (tools/main.cc): no per-Mutex cycle check.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   meshpool::tools::Flags flags(
       "kv_compare [flags]",
       "The same batched PUT/GET workload against redis, memcached and a "

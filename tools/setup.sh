@@ -23,6 +23,9 @@ PACKAGES=(
   # bench/kv_compare.sh (CI runs it in its smoke mode): the real servers
   # meshpool is compared with, and the loopback TCP ceiling.
   redis-server memcached iperf3
+  # bench/kv_instructions.sh (smoke in CI): instructions per operation
+  # counted with callgrind (and its client-request header).
+  valgrind
   # The Soft-RoCE VM (tools/vm/): qemu, its initramfs, modules, verbs tools.
   qemu-system-x86 busybox-static kmod perftest rdma-core ibverbs-utils iproute2
 )
