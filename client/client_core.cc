@@ -166,7 +166,7 @@ void ClientCore::KeeperLoop() {
 
 absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(KeyRef& key) {
   std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
-  int home = placement::HomeNode(*map, key.hash.lo, key.hash.hi);
+  const int home = placement::HomeNode(*map, key.hash.lo, key.hash.hi);
   if (home < 0) {
     return absl::UnavailableError(
         absl::StrCat("no live memory node in cluster map epoch ", map->epoch(),
@@ -176,7 +176,23 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(KeyRef& key) {
   key.map_epoch = map->epoch();
   key.oldest_epoch =
       placement::OldestCurrentObjectEpoch(*map, home, key.hash.lo, key.hash.hi);
-  return Connection(map->nodes(home).info());
+  {
+    // The common case: the home's connection, found by its index in the
+    // map (no key string, no hash lookup).
+    absl::MutexLock lock(&mu_);
+    if (map_ == map && static_cast<size_t>(home) < routed_.size() &&
+        routed_[home] != nullptr) {
+      return routed_[home];
+    }
+  }
+  MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<NodeConnection> conn,
+                            Connection(map->nodes(home).info()));
+  absl::MutexLock lock(&mu_);
+  if (map_ == map) {
+    routed_.resize(std::max<size_t>(routed_.size(), map->nodes_size()));
+    routed_[home] = conn;
+  }
+  return conn;
 }
 
 absl::Status ClientCore::RefreshMap() {
@@ -263,6 +279,7 @@ void ClientCore::OnMap(const proto::ClusterMap& map, bool from_watch) {
     if (from_watch) last_watch_epoch_ = map.epoch();
     if (map_ && map.epoch() <= map_->epoch() && !restarted) return;
     map_ = std::make_shared<const proto::ClusterMap>(map);
+    routed_.clear();
     // Forget connections to nodes that died or restarted.
     absl::flat_hash_map<std::string, bool> alive;
     for (const proto::NodeEntry& e : map.nodes()) {

@@ -141,6 +141,9 @@ class ClientCore {
   // After verbs_: its forwarded atomics use verbs_.
   std::unique_ptr<rdma::Transport> shm_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
+  // Route's cache: the connection of map_->nodes(i) at [i] once a key was
+  // routed there (null before). Cleared with every new map_.
+  std::vector<std::shared_ptr<NodeConnection>> routed_ ABSL_GUARDED_BY(mu_);
   uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections go before the transport they use.
   absl::flat_hash_map<std::string, std::shared_ptr<NodeConnection>> connections_

@@ -45,7 +45,7 @@ void BatchKeysExist(NodeConnection& node, absl::Span<const KeyRef> keys,
   }
   absl::StatusOr<absl::Span<char>> staging = s.Staging(total);
   if (!staging.ok()) return fail_all(staging.status());
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   for (const Probe& p : probes) {
     s.AddRead(wrs, staging->data() + p.at, p.offset, p.length);
   }

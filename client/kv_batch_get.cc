@@ -75,7 +75,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   if (!staging.ok()) return fail_rest({}, staging.status());
   char* base = staging->data();
   std::memcpy(base + cursor, &one, 8);
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   for (size_t i = 0; i < n; ++i) {
     s.AddBucketReads(wrs, keys[i], base + i * kBucketPairBytes, &buckets[i]);
     if (states[i].hinted) {

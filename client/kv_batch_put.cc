@@ -48,8 +48,7 @@ struct Item {
 // Writes item i's object (staged or gathered) into its allocation.
 void AddObjectWrites(LaneOp& s, const NodeConnection& node, const KeyRef& key,
                      const PutSource& src, uint64_t sequence, Item& it,
-                     char* base, std::vector<rdma::WorkRequest>& wrs,
-                     uint64_t* last_byte) {
+                     char* base, rdma::WorkRequests& wrs, uint64_t* last_byte) {
   uint64_t at = it.alloc.offset();
   if (!it.gather) {
     format::EncodeObject(absl::MakeSpan(base + it.stage_at, it.bytes), key.key,
@@ -202,7 +201,7 @@ bool BatchPut::WriteObjects() {
     return false;
   }
   base_ = staging->data();
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   uint64_t last_byte = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
     if (!items_[i].live) continue;
@@ -287,7 +286,7 @@ bool BatchPut::CasAll() {
     return false;
   }
   base_ = staging->data();
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   old_at_.assign(items_.size(), 0);
   again_at_.assign(items_.size(), 0);
   uint64_t cas_at = 0;

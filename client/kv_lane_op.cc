@@ -30,7 +30,7 @@ CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
 }
 
 void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
-                       char* staging, std::vector<rdma::WorkRequest>& wrs) {
+                       char* staging, rdma::WorkRequests& wrs) {
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     s.AddRead(wrs, staging + plan.offsets[i],
               format::DecodeSlot(b.words[plan.slots[i]]).offset,
@@ -70,7 +70,7 @@ absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,
   buckets->resize(keys.size());
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                             s.Staging(kBucketPairBytes * keys.size()));
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   for (size_t i = 0; i < keys.size(); ++i) {
     s.AddBucketReads(wrs, keys[i], staging.data() + i * kBucketPairBytes,
                      &(*buckets)[i]);
@@ -101,7 +101,7 @@ void RemoveDuplicates(LaneOp& s, const KeyRef& key) {
     if (!mine.ok() || mine->size() <= 1) return;
     absl::StatusOr<absl::Span<char>> staging = s.Staging(8 * mine->size());
     if (!staging.ok()) return;
-    std::vector<rdma::WorkRequest> wrs;
+    rdma::WorkRequests wrs;
     for (size_t i = 1; i < mine->size(); ++i) {
       int dup = (*mine)[i];
       s.AddCas(wrs, reinterpret_cast<uint64_t*>(staging->data()) + i,
@@ -177,7 +177,7 @@ absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
     }
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(8));
     uint64_t* old_value = reinterpret_cast<uint64_t*>(staging.data());
-    std::vector<rdma::WorkRequest> wrs;
+    rdma::WorkRequests wrs;
     s.AddCas(wrs, old_value, b.slot_offset[target], b.words[target], word);
     // The reads above may have been slow: the lease is checked again as
     // close to the CAS as the client can.

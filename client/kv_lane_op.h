@@ -70,19 +70,17 @@ class LaneOp {
   // pool start. Transfers over the transport limit are split.
   // `lkey` names the registration holding the local memory; by default the
   // lane's staging buffer.
-  void AddRead(std::vector<rdma::WorkRequest>& wrs, char* dst,
-               uint64_t pool_offset, uint64_t length,
-               std::optional<uint32_t> lkey = std::nullopt) {
+  void AddRead(rdma::WorkRequests& wrs, char* dst, uint64_t pool_offset,
+               uint64_t length, std::optional<uint32_t> lkey = std::nullopt) {
     AddTransfer(wrs, rdma::Opcode::kRead, dst, pool_offset, length,
                 lkey.value_or(this->lkey()));
   }
-  void AddWrite(std::vector<rdma::WorkRequest>& wrs, const char* src,
-                uint64_t pool_offset, uint64_t length,
-                std::optional<uint32_t> lkey = std::nullopt) {
+  void AddWrite(rdma::WorkRequests& wrs, const char* src, uint64_t pool_offset,
+                uint64_t length, std::optional<uint32_t> lkey = std::nullopt) {
     AddTransfer(wrs, rdma::Opcode::kWrite, const_cast<char*>(src), pool_offset,
                 length, lkey.value_or(this->lkey()));
   }
-  void AddCas(std::vector<rdma::WorkRequest>& wrs, uint64_t* old_value,
+  void AddCas(rdma::WorkRequests& wrs, uint64_t* old_value,
               uint64_t pool_offset, uint64_t expected, uint64_t desired) {
     rdma::WorkRequest wr;
     wr.wr_id = wrs.size();
@@ -120,8 +118,7 @@ class LaneOp {
   // table's "touched" word of the slab holding the object at
   // `object_offset`, unless this client touched that slab lately: what
   // earns the slab the evictor's second chance.
-  void AddTouch(std::vector<rdma::WorkRequest>& wrs, uint64_t object_offset,
-                char* one) {
+  void AddTouch(rdma::WorkRequests& wrs, uint64_t object_offset, char* one) {
     const format::PoolLayout& layout = node_.layout();
     if (layout.slab_meta_offset == 0) return;
     uint64_t slab = layout.slab_of(object_offset);
@@ -133,14 +130,14 @@ class LaneOp {
   absl::Status ReadBuckets(const KeyRef& key, Buckets* b) {
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                               Staging(kBucketPairBytes));
-    std::vector<rdma::WorkRequest> wrs;
+    rdma::WorkRequests wrs;
     AddBucketReads(wrs, key, staging.data(), b);
     MESHPOOL_RETURN_IF_ERROR(Run(wrs));
     std::memcpy(b->words, staging.data(), kBucketPairBytes);
     return absl::OkStatus();
   }
-  void AddBucketReads(std::vector<rdma::WorkRequest>& wrs, const KeyRef& key,
-                      char* dst, Buckets* b) {
+  void AddBucketReads(rdma::WorkRequests& wrs, const KeyRef& key, char* dst,
+                      Buckets* b) {
     const format::PoolLayout& layout = node_.layout();
     format::BucketPair pair = format::BucketsFor(key.hash, layout.bucket_count);
     uint64_t first = layout.bucket_offset(pair.first);
@@ -175,7 +172,7 @@ class LaneOp {
     uint64_t want = format::ValueOffset(key.key.size());
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                               Staging(want * candidates.size()));
-    std::vector<rdma::WorkRequest> wrs;
+    rdma::WorkRequests wrs;
     std::vector<uint64_t> lengths;
     for (size_t c = 0; c < candidates.size(); ++c) {
       lengths.push_back(
@@ -209,9 +206,8 @@ class LaneOp {
         node_.Describe(), " failed earlier in this operation; retry"));
   }
 
-  void AddTransfer(std::vector<rdma::WorkRequest>& wrs, rdma::Opcode op,
-                   char* local, uint64_t pool_offset, uint64_t length,
-                   uint32_t lkey) {
+  void AddTransfer(rdma::WorkRequests& wrs, rdma::Opcode op, char* local,
+                   uint64_t pool_offset, uint64_t length, uint32_t lkey) {
     while (length > 0) {
       uint32_t n = static_cast<uint32_t>(
           std::min<uint64_t>(length, rdma::kMaxTransferBytes));
@@ -249,7 +245,7 @@ struct CandidatePlan {
 CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                              uint64_t* cursor);
 void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
-                       char* staging, std::vector<rdma::WorkRequest>& wrs);
+                       char* staging, rdma::WorkRequests& wrs);
 // Hands the first candidate that verifies to `sink` (and remembers its slot
 // in the node's SlotCache); NotFound when none is the key; StaleRead() when
 // one is stale (so is the bucket view).

@@ -39,8 +39,7 @@ ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
 }
 
 void AddObjectReads(LaneOp& s, const ObjectRead& r, char* staging,
-                    const GetTarget& target,
-                    std::vector<rdma::WorkRequest>& wrs) {
+                    const GetTarget& target, rdma::WorkRequests& wrs) {
   s.AddRead(wrs, staging + r.head_at, r.offset, r.head_len);
   if (!r.direct) return;
   s.AddRead(wrs, target.out.data(), r.offset + r.head_len, r.out_len,

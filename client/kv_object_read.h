@@ -41,8 +41,7 @@ ObjectRead PlanObjectRead(LaneOp& s, const KeyRef& key, int slot, uint64_t word,
                           const GetTarget& target, bool allow_direct,
                           uint64_t* cursor);
 void AddObjectReads(LaneOp& s, const ObjectRead& r, char* staging,
-                    const GetTarget& target,
-                    std::vector<rdma::WorkRequest>& wrs);
+                    const GetTarget& target, rdma::WorkRequests& wrs);
 // Verifies what the read fetched and leaves the value in target.out.
 // Returns the value's length; NotFound (another key's object),
 // Retry(kRereadIndex) (torn or reused: re-read the index), OutOfRange (the

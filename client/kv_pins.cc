@@ -24,7 +24,7 @@ absl::Status WriteEntries(
   MESHPOOL_ASSIGN_OR_RETURN(
       absl::Span<char> staging,
       s.Staging(format::kPinEntryBytes * entries.size() + 8));
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   for (size_t j = 0; j < entries.size(); ++j) {
     char* at = staging.data() + j * format::kPinEntryBytes;
     std::memcpy(at, &entries[j].second, format::kPinEntryBytes);
@@ -114,7 +114,7 @@ void PinFound(NodeConnection& node, absl::Span<const KeyRef> keys,
   };
   if (!staging.ok()) return forget(staging.status());
   char* base = staging->data();
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   for (size_t j = 0; j < pending.size(); ++j) {
     std::memcpy(base + j * format::kPinEntryBytes, &pending[j].pin,
                 format::kPinEntryBytes);

@@ -34,7 +34,7 @@ absl::Status ReadCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(total + 8));
   const uint64_t one = 1;
   std::memcpy(staging.data() + total, &one, 8);
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   AddCandidateReads(s, b, plan, staging.data(), wrs);
   s.AddTouch(wrs, format::DecodeSlot(b.words[plan.slots.front()]).offset,
              staging.data() + total);
@@ -60,7 +60,7 @@ absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
   const uint64_t one = 1;
   char* one_at = staging.data() + kBucketPairBytes + length;
   std::memcpy(one_at, &one, 8);
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   s.AddBucketReads(wrs, key, staging.data(), b);
   s.AddRead(wrs, staging.data() + kBucketPairBytes,
             format::DecodeSlot(hint.word).offset, length);
@@ -105,7 +105,7 @@ absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
   uint64_t offset = format::DecodeSlot(b.words[mine.front()]).offset;
   uint64_t digest_bytes = 8 * format::DigestCount(h.value_length);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(digest_bytes));
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   s.AddRead(wrs, direct.out.data(), offset + format::ValueOffset(h.key_length),
             h.value_length, direct.lkey);
   s.AddRead(wrs, staging.data(),
@@ -205,7 +205,7 @@ class Prefetch {
   }
   uint64_t bytes() const { return kBucketPairBytes + header_bytes_; }
   // REQUIRES: `dst` holds bytes() and stays valid until Finish().
-  void AddReads(char* dst, std::vector<rdma::WorkRequest>& wrs) {
+  void AddReads(char* dst, rdma::WorkRequests& wrs) {
     dst_ = dst;
     s_.AddBucketReads(wrs, key_, dst, &out_.buckets);
     if (hint_.has_value()) {
@@ -249,7 +249,7 @@ absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
                             s.Staging(bytes + 8 + prefetch.bytes()));
   format::EncodeObject(staging.subspan(0, bytes), key.key, key.hash, value,
                        node.incarnation(), sequence, key.map_epoch);
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   s.AddWrite(wrs, staging.data(), offset, bytes);
   s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
   prefetch.AddReads(staging.data() + bytes + 8, wrs);
@@ -275,7 +275,7 @@ absl::Status WriteGatheredObject(LaneOp& s, NodeConnection& node,
   format::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =
       offset + format::DigestOffset(key.key.size(), value.size());
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   s.AddWrite(wrs, staging.data(), offset, prefix);
   s.AddWrite(wrs, value.data(), offset + prefix, value.size(), value_lkey);
   s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
@@ -330,7 +330,7 @@ absl::Status DeleteKey(NodeConnection& node, const KeyRef& key,
     }
     MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
                               s.Staging(8 * mine->size()));
-    std::vector<rdma::WorkRequest> wrs;
+    rdma::WorkRequests wrs;
     for (size_t i = 0; i < mine->size(); ++i) {
       int slot = (*mine)[i];
       s.AddCas(wrs, reinterpret_cast<uint64_t*>(staging.data()) + i,

@@ -18,7 +18,6 @@
 #include "format/layout.h"
 #include "format/protocol.h"
 #include "placement/region_layout.h"
-#include "xxhash.h"
 
 namespace meshpool::client_internal {
 
@@ -420,7 +419,9 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
       }
       for (size_t p = first; p < last; ++p) {
         const VerifyPiece& piece = pieces[p];
-        if (XXH3_64bits(piece.local, piece.length) != (*digests)[p - first]) {
+        if (format::DigestBytes(absl::MakeConstSpan(
+                static_cast<const char*>(piece.local), piece.length)) !=
+            (*digests)[p - first]) {
           results[i] = absl::DataLossError(absl::StrCat(
               "region '", name_, "': stripe ", piece.stripe, " on ",
               node.Describe(), " does not hold the bytes written at offset ",

@@ -20,8 +20,7 @@ constexpr uint64_t kGuardBytes = 8;
 
 // Appends a READ of each guard word into dest[i * kGuardBytes].
 void AddGuardReads(NodeConnection& node, absl::Span<const RegionGuard> guards,
-                   char* dest, uint32_t lkey,
-                   std::vector<rdma::WorkRequest>& wrs) {
+                   char* dest, uint32_t lkey, rdma::WorkRequests& wrs) {
   for (size_t i = 0; i < guards.size(); ++i) {
     rdma::WorkRequest wr;
     wr.wr_id = wrs.size();
@@ -80,7 +79,7 @@ struct Post {
     const char* staged;
     uint64_t length;
   };
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   std::vector<Copy> copies;
   const char* guards = nullptr;  // where its guard READs land (none: null)
   absl::Time posted;
@@ -221,7 +220,7 @@ absl::Status LanePump::Run() {
 }
 
 absl::Status LanePump::ProveAlive(char* dest, uint32_t staging_lkey) {
-  std::vector<rdma::WorkRequest> wrs;
+  rdma::WorkRequests wrs;
   AddGuardReads(node_, guards_, dest, staging_lkey, wrs);
   std::vector<rdma::Completion> done(wrs.size());
   const absl::Time posted = absl::Now();
@@ -426,7 +425,7 @@ absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
       absl::Span<char> staging,
       lane->Staging(rdma::kAtomicBytes + guards.size() * kGuardBytes));
   char* guard_words = staging.data() + rdma::kAtomicBytes;
-  auto run = [&](const std::vector<rdma::WorkRequest>& wrs) -> absl::Status {
+  auto run = [&](const rdma::WorkRequests& wrs) -> absl::Status {
     std::vector<rdma::Completion> done(wrs.size());
     absl::Status s = rdma::PostAndWait(lane->endpoint(), wrs,
                                        absl::MakeSpan(done), node.op_timeout());
@@ -439,14 +438,14 @@ absl::StatusOr<uint64_t> RunAtomic(NodeConnection& node, rdma::Opcode op,
   // As a write: proven alive under half a read lease ago before it goes.
   absl::Time alive = GuardsSeen(node, guards);
   if (!guards.empty() && absl::Now() - alive >= node.read_lease() / 2) {
-    std::vector<rdma::WorkRequest> check;
+    rdma::WorkRequests check;
     AddGuardReads(node, guards, guard_words, lane->staging_lkey(), check);
     alive = absl::Now();
     MESHPOOL_RETURN_IF_ERROR(run(check));
     MESHPOOL_RETURN_IF_ERROR(
         CheckGuards(node, guards, guard_words, alive, /*wrote=*/false, alive));
   }
-  std::vector<rdma::WorkRequest> wrs(1);
+  rdma::WorkRequests wrs(1);
   rdma::WorkRequest& wr = wrs[0];
   wr.opcode = op;
   wr.local = staging.data();

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/weights_manifest.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "meshpool/region.h"
-#include "xxhash.h"
 
 namespace meshpool {
 
@@ -78,7 +78,8 @@ class WeightStore::Impl {
       uint64_t at = c * kWeightChunkBytes - span_begin;
       uint64_t len =
           std::min(kWeightChunkBytes, t.length - c * kWeightChunkBytes);
-      if (XXH3_64bits(chunks.data() + at, len) != entry.chunk_digests(c)) {
+      if (format::DigestBytes(absl::MakeConstSpan(chunks.data() + at, len)) !=
+          entry.chunk_digests(c)) {
         return absl::DataLossError(absl::StrCat(
             "tensor '", t.name, "' of model ", info_.name, ": chunk ", c,
             " (bytes ", c * kWeightChunkBytes, "..",

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "format/xxh3.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -47,7 +48,7 @@ uint64_t ChunkDigest(const char* data, size_t len, uint64_t header_checksum,
                      uint64_t chunk) {
   // Seeding with the header's checksum binds the value to its header: a new
   // header over an old value (or the reverse) never verifies.
-  return XXH3_64bits_withSeed(data, len, header_checksum ^ chunk);
+  return internal::Xxh3WithSeed(data, len, header_checksum ^ chunk);
 }
 
 }  // namespace
@@ -222,6 +223,10 @@ KeyHash HashKey(absl::string_view key, uint64_t key_space) {
   // did.
   XXH128_hash_t h = XXH3_128bits_withSeed(key.data(), key.size(), key_space);
   return {h.low64, h.high64};
+}
+
+uint64_t DigestBytes(absl::Span<const char> bytes) {
+  return internal::Xxh3WithSeed(bytes.data(), bytes.size(), 0);
 }
 
 uint64_t KeySpaceOf(absl::string_view tenant) {

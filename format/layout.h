@@ -190,6 +190,11 @@ KeyHash HashKey(absl::string_view key, uint64_t key_space = 0);
 // The key space of `tenant`'s keys: 0 for "" (no tenant), never 0 else.
 uint64_t KeySpaceOf(absl::string_view tenant);
 
+// XXH3-64 (seed 0) of `bytes`, computed with the widest vector unit the CPU
+// has (the same value everywhere): the digest of region ranges
+// (DigestRanges, Region verification) and weights chunks.
+uint64_t DigestBytes(absl::Span<const char> bytes);
+
 // The two buckets a key may live in (distinct when bucket_count > 1).
 struct BucketPair {
   uint64_t first;

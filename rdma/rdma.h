@@ -53,6 +53,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -103,6 +104,11 @@ struct WorkRequest {
   uint64_t swap = 0;         // CAS: new value
   bool signaled = true;
 };
+// The requests of one post, built per operation: a KV operation posts a
+// handful, so the first kInlineWorkRequests live inline and building them
+// allocates nothing.
+inline constexpr size_t kInlineWorkRequests = 8;
+using WorkRequests = absl::InlinedVector<WorkRequest, kInlineWorkRequests>;
 
 struct Completion {
   uint64_t wr_id = 0;

@@ -11,10 +11,10 @@
 #include "absl/time/clock.h"
 #include "auth/auth.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "placement/region_layout.h"
 #include "proto/proto.h"
 #include "store/store.h"
-#include "xxhash.h"
 
 namespace meshpool::store {
 namespace {
@@ -257,8 +257,8 @@ class NodeServiceImpl final : public proto::Node::Service {
         CheckDigestRanges(*request, CallerDataAccess(*context));
     if (!checked.ok()) return ToGrpc(checked);
     for (const proto::DigestRange& range : request->ranges()) {
-      reply->add_digests(
-          XXH3_64bits(deps_.pool + range.offset(), range.length()));
+      reply->add_digests(format::DigestBytes(
+          absl::MakeConstSpan(deps_.pool + range.offset(), range.length())));
     }
     return grpc::Status::OK;
   }

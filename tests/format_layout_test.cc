@@ -1,4 +1,6 @@
 // format/layout: slot encoding, layout computation, object encode/verify.
+#include <xxhash.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "format/layout.h"
+#include "format/xxh3.h"
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
 
@@ -401,6 +404,32 @@ TEST(FormatLayout, AnObjectRecordsItsMapEpochUnderTheHeaderChecksum) {
   std::memcpy(&header, bytes.data(), sizeof(header));
   EXPECT_EQ(format::ObjectMapEpoch(header), format::kMaxObjectMapEpoch)
       << "past 48 bits it records the largest, never a wrapped older one";
+}
+
+// The dispatched XXH3 (AVX-512 or AVX2 where the CPU has them) must give
+// exactly what the portable one gives: objects written by one machine are
+// verified by another.
+TEST(FormatLayout, DispatchedDigestsEqualThePortableXxh3AtEveryLength) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  std::string bytes(300000, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 4200; n += 1 + n / 8) lengths.push_back(n);
+  for (int i = 0; i < 200; ++i) lengths.push_back(rng() % bytes.size());
+  lengths.push_back(bytes.size());
+  for (size_t length : lengths) {
+    const size_t offset =
+        length < bytes.size() ? rng() % (bytes.size() - length + 1) : 0;
+    const uint64_t digest_seed = rng();
+    ASSERT_EQ(format::internal::Xxh3WithSeed(bytes.data() + offset, length,
+                                             digest_seed),
+              XXH3_64bits_withSeed(bytes.data() + offset, length, digest_seed))
+        << "length " << length << " offset " << offset;
+    ASSERT_EQ(
+        format::DigestBytes(absl::MakeConstSpan(bytes.data() + offset, length)),
+        XXH3_64bits(bytes.data() + offset, length));
+  }
 }
 
 }  // namespace meshpool::format
