@@ -222,6 +222,13 @@ TEST_F(UcTest, LanesOnManyThreadsShareOneLinkAndKeepTheirBytes) {
   node.faults = {.drop = 0.02, .duplicate = 0.01, .seed = seed};
   client.faults = node.faults;
   client.faults.seed = seed + 1;
+  // Fourteen threads in one process on a shared 2-core machine: a side may
+  // not run for seconds, which the default 2 s liveness bound takes for a
+  // dead peer (seen under a parallel ctest). Liveness is
+  // UcTest.ANodeThatGoesSilentFailsRequestsWithinDeadAfter's subject; this
+  // test's is lanes sharing a link without losing a byte.
+  node.dead_after = absl::Seconds(20);
+  client.dead_after = node.dead_after;
   Start(node, client);
   UdpProxy proxy(PortOf(address_));
   constexpr int kThreads = 6;
@@ -234,6 +241,8 @@ TEST_F(UcTest, LanesOnManyThreadsShareOneLinkAndKeepTheirBytes) {
     lanes.push_back(*std::move(ep));
   }
   std::atomic<int> wrong{0}, failed{0};
+  absl::Mutex first_failure_mu;
+  std::string first_failure;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -245,13 +254,19 @@ TEST_F(UcTest, LanesOnManyThreadsShareOneLinkAndKeepTheirBytes) {
         const size_t offset = rng() % (kSlice - length);
         std::vector<uint8_t> out(length), in(length);
         for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
-        if (!Run(*lanes[lane], Request(Opcode::kWrite, 2 * round, out.data(),
-                                       length, base + offset))
-                 .ok() ||
-            !Run(*lanes[lane], Request(Opcode::kRead, 2 * round + 1, in.data(),
-                                       length, base + offset))
-                 .ok()) {
-          ++failed;
+        absl::Status s =
+            Run(*lanes[lane], Request(Opcode::kWrite, 2 * round, out.data(),
+                                      length, base + offset));
+        if (s.ok()) {
+          s = Run(*lanes[lane], Request(Opcode::kRead, 2 * round + 1, in.data(),
+                                        length, base + offset));
+        }
+        if (!s.ok()) {
+          if (failed++ == 0) {
+            absl::MutexLock lock(&first_failure_mu);
+            first_failure = absl::StrCat("thread ", t, " round ", round, ": ",
+                                         s.ToString());
+          }
           return;
         }
         if (in != out) ++wrong;
@@ -259,7 +274,8 @@ TEST_F(UcTest, LanesOnManyThreadsShareOneLinkAndKeepTheirBytes) {
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(failed.load(), 0) << "seed " << seed;
+  EXPECT_EQ(failed.load(), 0)
+      << "seed " << seed << "; first: " << first_failure;
   EXPECT_EQ(wrong.load(), 0) << "seed " << seed;
   // Every reply reached its lane through a proxy that answers only the
   // socket that sent last: the lanes share one.
