@@ -107,7 +107,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   cursor = 0;
   for (size_t i = 0; i < n; ++i) {
     if (states[i].done) continue;
-    std::vector<int> candidates = buckets[i].Candidates(keys[i], node.layout());
+    SlotList candidates = buckets[i].Candidates(keys[i], node.layout());
     for (size_t c = 0; c < candidates.size(); ++c) {
       states[i].reads.push_back(PlanObjectRead(
           s, keys[i], candidates[c], buckets[i].words[candidates[c]],

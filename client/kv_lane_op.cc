@@ -121,7 +121,7 @@ bool HintHolds(const KeyRef& key, const Buckets& b,
                const format::PoolLayout& layout,
                const std::optional<SlotCache::Hint>& hint, int* slot) {
   if (!hint.has_value()) return false;
-  std::vector<int> candidates = b.Candidates(key, layout);
+  SlotList candidates = b.Candidates(key, layout);
   if (candidates.empty()) return false;
   int first = candidates.front();
   if (b.words[first] != hint->word ||

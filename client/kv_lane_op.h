@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -30,15 +31,19 @@ inline constexpr size_t kBucketPairBytes = 2 * format::kBucketBytes;
 // A CAS that keeps losing to other writers gives up after this many rounds.
 inline constexpr int kMaxPublishRounds = 64;
 
+// Slot indices into a key's Buckets: never more than kSlotsPerKey, so kept
+// inline (no allocation per operation).
+using SlotList = absl::InlinedVector<int, kSlotsPerKey>;
+
 // The index words a key may live in, and where each slot is.
 struct Buckets {
   uint64_t words[kSlotsPerKey];
   uint64_t slot_offset[kSlotsPerKey];
 
   // Slots whose fingerprint matches and whose object lies in the pool.
-  std::vector<int> Candidates(const KeyRef& key,
-                              const format::PoolLayout& layout) const {
-    std::vector<int> out;
+  SlotList Candidates(const KeyRef& key,
+                      const format::PoolLayout& layout) const {
+    SlotList out;
     uint8_t fp = format::Fingerprint(key.hash);
     for (size_t i = 0; i < kSlotsPerKey; ++i) {
       if (words[i] == 0) continue;
@@ -99,7 +104,8 @@ class LaneOp {
   // Any failure discards the lane and reads as Unavailable.
   absl::Status Run(absl::Span<const rdma::WorkRequest> wrs) {
     MESHPOOL_RETURN_IF_ERROR(CheckLane());
-    std::vector<rdma::Completion> done(std::min(wrs.size(), rdma::kMaxBatch));
+    absl::InlinedVector<rdma::Completion, rdma::kInlineWorkRequests> done(
+        std::min(wrs.size(), rdma::kMaxBatch));
     for (size_t i = 0; i < wrs.size(); i += rdma::kMaxBatch) {
       auto chunk = wrs.subspan(i, rdma::kMaxBatch);
       absl::Status s = rdma::PostAndWait(
@@ -166,7 +172,7 @@ class LaneOp {
   absl::StatusOr<std::vector<int>> FindKeySlots(
       const KeyRef& key, const Buckets& b,
       std::vector<format::ObjectHeader>* headers = nullptr) {
-    std::vector<int> candidates = b.Candidates(key, node_.layout());
+    SlotList candidates = b.Candidates(key, node_.layout());
     std::vector<int> mine;
     if (candidates.empty()) return mine;
     uint64_t want = format::ValueOffset(key.key.size());
@@ -236,9 +242,9 @@ absl::Status BufferTooSmall(uint64_t value_bytes, size_t buffer_bytes);
 
 // Where each candidate object of one key lands in a staging buffer.
 struct CandidatePlan {
-  std::vector<int> slots;
-  std::vector<uint64_t> offsets;  // into staging
-  std::vector<uint64_t> lengths;
+  SlotList slots;
+  absl::InlinedVector<uint64_t, kSlotsPerKey> offsets;  // into staging
+  absl::InlinedVector<uint64_t, kSlotsPerKey> lengths;
 };
 
 // Plans READs of every candidate of `key` into staging from `*cursor` on.

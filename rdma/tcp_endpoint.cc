@@ -172,7 +172,8 @@ absl::StatusOr<size_t> TcpEndpoint::Poll(absl::Span<Completion> out,
     if (!broken_.ok()) return broken_;
     return 0;
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  // Read the clock only once there is nothing to take without waiting.
+  absl::Time deadline = absl::InfiniteFuture();
   size_t n = 0;
   while (n < out.size() && !pending_.empty()) {
     if (!broken_.ok()) {
@@ -182,8 +183,11 @@ absl::StatusOr<size_t> TcpEndpoint::Poll(absl::Span<Completion> out,
     const Step step = ReceiveStep(&out[n]);
     if (step == Step::kCompleted) ++n;
     if (step != Step::kWouldBlock) continue;
-    const absl::Duration left = deadline - absl::Now();
-    if (n > 0 || left <= absl::ZeroDuration()) break;
+    if (n > 0) break;
+    const absl::Time now = absl::Now();
+    if (deadline == absl::InfiniteFuture()) deadline = now + timeout;
+    const absl::Duration left = deadline - now;
+    if (left <= absl::ZeroDuration()) break;
     absl::Status waited = WaitReadable(left);
     if (!waited.ok()) Break(waited.message());
   }
