@@ -72,17 +72,14 @@ struct RendezvousOrder {
 };
 
 double ScoreOf(const std::string& node_id, uint64_t capacity, uint64_t lo,
-               uint64_t hi);
+               uint64_t hi) {
+  const double u = UnitInterval(NodeHash(lo, hi, node_id));
+  return -static_cast<double>(capacity) / std::log(u);
+}
 
 Scored Score(const proto::ClusterMap& map, int index, uint64_t lo, uint64_t hi) {
   const proto::NodeInfo& info = map.nodes(index).info();
   return Scored{ScoreOf(info.node_id(), info.capacity_bytes(), lo, hi), index};
-}
-
-double ScoreOf(const std::string& node_id, uint64_t capacity, uint64_t lo,
-               uint64_t hi) {
-  const double u = UnitInterval(NodeHash(lo, hi, node_id));
-  return -static_cast<double>(capacity) / std::log(u);
 }
 
 }  // namespace
