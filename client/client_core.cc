@@ -165,25 +165,29 @@ void ClientCore::KeeperLoop() {
 }
 
 absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Route(KeyRef& key) {
-  std::shared_ptr<const proto::ClusterMap> map = CurrentMap();
-  const int home = placement::HomeNode(*map, key.hash.lo, key.hash.hi);
+  std::shared_ptr<const proto::ClusterMap> map;
+  int home;
+  {
+    absl::MutexLock lock(&mu_);
+    map = map_;
+    home = table_->Home(key.hash.lo, key.hash.hi);
+    if (home >= 0) {
+      key.map_epoch = map->epoch();
+      key.oldest_epoch =
+          table_->OldestCurrentObjectEpoch(key.hash.lo, key.hash.hi);
+      // The common case: the home's connection, found by its index in the
+      // map (no key string, no hash lookup).
+      if (static_cast<size_t>(home) < routed_.size() &&
+          routed_[home] != nullptr) {
+        return routed_[home];
+      }
+    }
+  }
   if (home < 0) {
     return absl::UnavailableError(
         absl::StrCat("no live memory node in cluster map epoch ", map->epoch(),
                      "; start one with `meshpool node --coordinator ",
                      options_.coordinator, "`"));
-  }
-  key.map_epoch = map->epoch();
-  key.oldest_epoch =
-      placement::OldestCurrentObjectEpoch(*map, home, key.hash.lo, key.hash.hi);
-  {
-    // The common case: the home's connection, found by its index in the
-    // map (no key string, no hash lookup).
-    absl::MutexLock lock(&mu_);
-    if (map_ == map && static_cast<size_t>(home) < routed_.size() &&
-        routed_[home] != nullptr) {
-      return routed_[home];
-    }
   }
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<NodeConnection> conn,
                             Connection(map->nodes(home).info()));
@@ -272,6 +276,15 @@ std::vector<std::string> ClientCore::CandidateAddresses(
 // watch's previous map: the watch delivers in order, so that means the
 // coordinator restarted and counts again from scratch.
 void ClientCore::OnMap(const proto::ClusterMap& map, bool from_watch) {
+  // The bucket table is built outside the lock, from the current one (the
+  // same result as from scratch, cheaper when few nodes changed).
+  std::shared_ptr<const placement::BucketTable> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    previous = table_;
+  }
+  std::shared_ptr<const placement::BucketTable> table =
+      placement::BucketTable::Build(map, previous.get());
   std::vector<std::shared_ptr<NodeConnection>> dropped;
   {
     absl::MutexLock lock(&mu_);
@@ -279,6 +292,7 @@ void ClientCore::OnMap(const proto::ClusterMap& map, bool from_watch) {
     if (from_watch) last_watch_epoch_ = map.epoch();
     if (map_ && map.epoch() <= map_->epoch() && !restarted) return;
     map_ = std::make_shared<const proto::ClusterMap>(map);
+    table_ = std::move(table);
     routed_.clear();
     // Forget connections to nodes that died or restarted.
     absl::flat_hash_map<std::string, bool> alive;

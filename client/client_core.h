@@ -28,6 +28,7 @@
 #include "client/meshpool/client.h"
 #include "client/node_connection.h"
 #include "placement/coordinator_client.h"
+#include "placement/placement.h"
 #include "proto/meshpool.pb.h"
 #include "rdma/rdma.h"
 
@@ -141,6 +142,8 @@ class ClientCore {
   // After verbs_: its forwarded atomics use verbs_.
   std::unique_ptr<rdma::Transport> shm_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const proto::ClusterMap> map_ ABSL_GUARDED_BY(mu_);
+  // Every bucket's home in map_ (set with it).
+  std::shared_ptr<const placement::BucketTable> table_ ABSL_GUARDED_BY(mu_);
   // Route's cache: the connection of map_->nodes(i) at [i] once a key was
   // routed there (null before). Cleared with every new map_.
   std::vector<std::shared_ptr<NodeConnection>> routed_ ABSL_GUARDED_BY(mu_);

@@ -1,9 +1,11 @@
 // tests/: the memory a fake node registers, laid out as a real node of that
-// size would lay it out (the coordinator and clients check layouts).
+// size would lay it out (the coordinator and clients check layouts), and
+// bare map entries for placement tests.
 #ifndef MESHPOOL_TESTS_NODE_INFO_H_
 #define MESHPOOL_TESTS_NODE_INFO_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "format/layout.h"
@@ -32,6 +34,17 @@ inline void SetPool(proto::NodeInfo* info, uint64_t pool_bytes,
   l->set_pin_area_offset(computed->pin_area_offset);
   l->set_pin_sessions(computed->pin_sessions);
   l->set_pins_per_session(computed->pins_per_session);
+}
+
+// Appends a node entry with just an id, a capacity and a state (what
+// placement weighs) to `map`.
+inline void AddNode(proto::ClusterMap& map, const std::string& id,
+                    uint64_t capacity,
+                    proto::NodeState state = proto::NODE_ALIVE) {
+  proto::NodeEntry* entry = map.add_nodes();
+  entry->mutable_info()->set_node_id(id);
+  entry->mutable_info()->set_capacity_bytes(capacity);
+  entry->set_state(state);
 }
 
 }  // namespace meshpool::testing

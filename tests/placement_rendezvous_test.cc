@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "placement/placement.h"
+#include "tests/node_info.h"
 
 namespace meshpool::placement {
 namespace {
@@ -33,13 +34,7 @@ std::vector<KeyHash> RandomKeys(int count) {
   return keys;
 }
 
-void AddNode(proto::ClusterMap& map, const std::string& id, uint64_t capacity,
-             proto::NodeState state = proto::NODE_ALIVE) {
-  proto::NodeEntry* entry = map.add_nodes();
-  entry->mutable_info()->set_node_id(id);
-  entry->mutable_info()->set_capacity_bytes(capacity);
-  entry->set_state(state);
-}
+using ::meshpool::testing::AddNode;
 
 proto::ClusterMap EqualNodes(int count) {
   proto::ClusterMap map;

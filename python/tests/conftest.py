@@ -124,3 +124,17 @@ def fresh_cluster() -> Iterator[Cluster]:
     c = Cluster()
     yield c
     c.stop()
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    """Polls predicate() every 50 ms until it is true (True) or `timeout`
+    seconds pass (False); a meshpool.Error from it counts as not yet."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except meshpool.Error:
+            pass
+        time.sleep(0.05)
+    return False

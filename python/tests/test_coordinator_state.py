@@ -16,19 +16,8 @@ import pytest
 import meshpool
 import meshpool.weights as mw
 
-from conftest import Cluster
+from conftest import Cluster, wait_for
 
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return True
-        except meshpool.Error:
-            pass
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture

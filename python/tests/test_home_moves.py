@@ -14,7 +14,7 @@ import time
 import pytest
 
 import meshpool
-from conftest import Cluster
+from conftest import Cluster, wait_for
 
 KEYS = [f"moving-{i}" for i in range(200)]
 
@@ -22,14 +22,6 @@ KEYS = [f"moving-{i}" for i in range(200)]
 def alive_nodes(c: meshpool.Client) -> int:
     return sum(n.alive for n in c.status().nodes)
 
-
-def wait_for(check, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import meshpool
-from conftest import Cluster
+from conftest import Cluster, wait_for
 
 
 def test_region_create_write_read_atomics_rename_delete(client):
@@ -95,7 +95,10 @@ def test_block_keys_chain_and_prefix_match_with_pins(client):
 def test_node_killed_mid_batch_gives_per_key_errors_and_no_wrong_bytes():
     # Over TCP only: a same-host client keeps a dead node's shared memory
     # mapped and may still (correctly) read its keys until the map changes.
-    fresh_cluster = Cluster(node_args=["--no-shm"])
+    # A short failure detector, so the map changes soon after the kill.
+    fresh_cluster = Cluster(node_args=["--no-shm"],
+                            coordinator_args=["--dead-after", "1s",
+                                              "--heartbeat-interval", "200ms"])
     try:
         _killed_mid_batch(fresh_cluster)
     finally:
@@ -124,7 +127,10 @@ def _killed_mid_batch(fresh_cluster):
         assert failed, "a dead node's keys should fail"
         assert all(isinstance(r, (meshpool.Unavailable, meshpool.NotFound))
                    for r in failed), failed
-        # The surviving node still serves.
+        # Once the map says the node died, its keys live on the survivor,
+        # which serves them. (Before, a key whose home is the dead node
+        # fails Unavailable: "retry once the cluster map updates".)
+        assert wait_for(lambda: sum(n.alive for n in c.status().nodes) == 1)
         c.put("after-kill", b"alive")
         assert c.get("after-kill") == b"alive"
 
