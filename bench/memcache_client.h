@@ -1,28 +1,43 @@
-// For bench/kv_compare: a minimal memcached client speaking the text
-// protocol over one TCP connection: a pipelined batch of `set`s, one
-// multi-key `get`, and `version`.
+// For bench/kv_compare: a memcached client for what the benchmark needs (a
+// batch of `set`s, one multi-key get, the server's version), wrapping
+// libmemcached, the standard C/C++ client library of memcached. The benchmark
+// measures memcached as its users reach it, through the client library they
+// use, rather than through a protocol implementation of ours. One client is one
+// memcached_st with one server: one TCP connection (text protocol,
+// TCP_NODELAY), which libmemcached opens lazily and reopens after a failure.
 //
-// Values move without intermediate copies on our side: `set` sends the
-// caller's bytes with gather writes, `get` receives each value straight into
-// the caller's buffer.
+// Sets are pipelined the way libmemcached users pipeline them:
+// MEMCACHED_BEHAVIOR_BUFFER_REQUESTS queues each memcached_set, and
+// memcached_flush_buffers sends them together. libmemcached then reads
+// their replies only to discard them, so a set the server refused (e.g.
+// SERVER_ERROR out of memory) is not reported here: kv_compare reads every
+// key back right after its PUT (a missing value fails the run, and
+// --verify catches an old one). Measuring memcached one round trip per set
+// instead would understate it. The get is one request for all keys
+// (memcached_mget), its values copied from libmemcached's result into the
+// caller's buffers.
 //
-// Errors: the stream's (bench/kv_socket.h: Unavailable, DataLoss);
-// InvalidArgument for a key memcached cannot take (empty, over kMaxMemcacheKey
-// bytes, or with spaces or control characters); a SERVER_ERROR reply becomes
+// Errors (libmemcached's memcached_return_t, with its message): Unavailable
+// when the server cannot be reached, the connection fails, or the server
+// does not answer within the timeout (libmemcached then also refuses calls
+// for a couple of seconds, MEMCACHED_SERVER_TEMPORARILY_DISABLED, before it
+// reconnects); InvalidArgument for a key memcached cannot take (empty, over
+// 250 bytes, or with spaces or control characters) or malformed arguments;
 // ResourceExhausted when the server is out of memory (raise -m; memcached
-// must run with -M so that it fails instead of evicting) and
-// FailedPrecondition otherwise (e.g. an item over -I), carrying the server's
-// text; DataLoss for a reply the protocol does not allow there (also ERROR
-// and CLIENT_ERROR); OutOfRange when a value is larger than its buffer.
-// After an error other than SERVER_ERROR the connection is out of step and
-// every later call fails with FailedPrecondition: open a new client.
+// must run with -M so that it fails instead of evicting); FailedPrecondition
+// for another refusal by the server (e.g. an item over -I), carrying its
+// text; DataLoss for a reply the protocol does not allow there; OutOfRange
+// when a value is larger than its buffer. The client stays usable after any
+// of them.
 //
 // Thread-compatible: one thread uses a client at a time (open one per
-// thread).
+// thread). Move-only; a moved-from client fails every call with
+// FailedPrecondition.
 #ifndef MESHPOOL_BENCH_MEMCACHE_CLIENT_H_
 #define MESHPOOL_BENCH_MEMCACHE_CLIENT_H_
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,48 +47,60 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "bench/kv_socket.h"
+
+struct memcached_st;  // <libmemcached/memcached.h>
 
 namespace meshpool::bench {
 
-// memcached's longest key.
-inline constexpr size_t kMaxMemcacheKey = 250;
-
 class MemcacheClient {
  public:
-  // Connects to memcached at "host:port" and checks it answers `version`.
-  // `timeout` bounds the connect and every later reply.
+  // Sets up a client for memcached at "host:port" and checks that the
+  // server answers `version`. `timeout` bounds the connect and every later
+  // send and reply. InvalidArgument for a malformed address; Unavailable
+  // when nothing answers; FailedPrecondition when the peer gives no
+  // version (not a memcached server?).
   static absl::StatusOr<MemcacheClient> Connect(absl::string_view address,
                                                 absl::Duration timeout);
 
-  // The server's version string (e.g. "1.6.18").
+  MemcacheClient(MemcacheClient&&) noexcept = default;
+  MemcacheClient& operator=(MemcacheClient&&) noexcept = default;
+  MemcacheClient(const MemcacheClient&) = delete;
+  MemcacheClient& operator=(const MemcacheClient&) = delete;
+  ~MemcacheClient() = default;
+
+  // The server's version, "major.minor.micro" (e.g. "1.6.18").
   const std::string& version() const { return version_; }
 
-  // `set` keys[i] values[i] (flags 0, no expiry) for every i, pipelined:
-  // every command is sent, then every reply is read. OK when every reply is
-  // STORED; otherwise the first SERVER_ERROR (the others are still read).
-  // InvalidArgument when the spans' sizes differ or are empty, or for a bad
-  // key.
+  // `set` keys[i] values[i] (flags 0, no expiry) for every i, pipelined
+  // (see the header comment). OK when every set was queued and sent, which
+  // does not prove the server stored it; otherwise the first failure,
+  // naming its key, and the keys after it are not sent. InvalidArgument
+  // when the spans' sizes differ or are empty.
   absl::Status SetBatch(absl::Span<const absl::string_view> keys,
                         absl::Span<const absl::string_view> values);
 
-  // `get k1 k2 ...`: value i lands in outs[i]; lengths[i] is its length, or
-  // nullopt when the server did not return the key. REQUIRES: distinct keys.
-  // InvalidArgument when the spans' sizes differ or are empty, or for a bad
-  // key.
+  // One get of every key: value i lands in outs[i]; lengths[i] is its
+  // length, or nullopt when the server did not return the key. REQUIRES:
+  // distinct keys. InvalidArgument when the spans' sizes differ or are
+  // empty; OutOfRange naming the key when a value does not fit its buffer
+  // (the rest of the reply is still read).
   absl::StatusOr<std::vector<std::optional<size_t>>> GetMulti(
       absl::Span<const absl::string_view> keys,
       absl::Span<const absl::Span<char>> outs);
 
  private:
-  explicit MemcacheClient(TcpStream stream) : stream_(std::move(stream)) {}
-  absl::Status Broken() const;
-  absl::Status ServerError(absl::string_view line) const;
-  absl::Status Unexpected(absl::string_view what, absl::string_view line) const;
+  struct MemcachedDeleter {
+    void operator()(memcached_st* memc) const;
+  };
+  using MemcachedPtr = std::unique_ptr<memcached_st, MemcachedDeleter>;
 
-  TcpStream stream_;
+  MemcacheClient(std::string address, MemcachedPtr memc);
+  // FailedPrecondition after a move.
+  absl::Status CheckUsable() const;
+
+  std::string address_;
+  MemcachedPtr memc_;
   std::string version_;
-  bool broken_ = false;
 };
 
 }  // namespace meshpool::bench

@@ -1,46 +1,111 @@
 #include "bench/resp_client.h"
 
-#include <string>
+#include <hiredis/hiredis.h>
+
+#include <climits>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench/host_port.h"
 #include "common/common.h"
 
 namespace meshpool::bench {
 namespace {
 
-// One RESP bulk string header and body: "$<n>\r\n<bytes>\r\n".
-void AppendBulk(std::string& out, absl::string_view arg) {
-  absl::StrAppend(&out, "$", arg.size(), "\r\n", arg, "\r\n");
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const { freeReplyObject(reply); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// hiredis copies each argument with memcpy: never hand it a null pointer.
+const char* Data(absl::string_view s) { return s.empty() ? "" : s.data(); }
+
+absl::string_view Text(const redisReply& reply) {
+  return reply.str == nullptr ? absl::string_view()
+                              : absl::string_view(reply.str, reply.len);
 }
 
-// The status of a RESP error reply (`line` starts with '-').
-absl::Status ServerError(absl::string_view line, absl::string_view address) {
-  const std::string msg =
-      absl::StrCat("redis at ", address, " answered: ", line.substr(1));
-  if (absl::StartsWith(line, "-OOM")) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(msg, " (raise its maxmemory)"));
+const char* TypeName(int type) {
+  switch (type) {
+    case REDIS_REPLY_STRING:
+      return "string";
+    case REDIS_REPLY_ARRAY:
+      return "array";
+    case REDIS_REPLY_INTEGER:
+      return "integer";
+    case REDIS_REPLY_NIL:
+      return "nil";
+    case REDIS_REPLY_STATUS:
+      return "status";
+    case REDIS_REPLY_ERROR:
+      return "error";
+    default:
+      return "unknown";
   }
-  return absl::FailedPreconditionError(msg);
 }
 
-absl::Status Unexpected(absl::string_view what, absl::string_view line,
+absl::Status Annotate(const absl::Status& s, absl::string_view what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+// A reply other than the `expected` one: the server's error reply as
+// FailedPrecondition (ResourceExhausted for OOM), any other type as DataLoss.
+absl::Status Unexpected(const redisReply& reply, absl::string_view expected,
                         absl::string_view address) {
-  return absl::DataLossError(absl::StrCat("redis at ", address, ": expected ",
-                                          what, ", got '", line.substr(0, 200),
-                                          "'"));
+  if (reply.type == REDIS_REPLY_ERROR) {
+    const std::string msg =
+        absl::StrCat("redis at ", address, " answered: ", Text(reply));
+    if (absl::StartsWith(Text(reply), "OOM")) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(msg, " (raise its maxmemory)"));
+    }
+    return absl::FailedPreconditionError(msg);
+  }
+  return absl::DataLossError(absl::StrCat(
+      "redis at ", address, ": expected ", expected, ", got a reply of type ",
+      TypeName(reply.type), " '", Text(reply).substr(0, 80), "'"));
+}
+
+// hiredis takes argument counts as int.
+absl::Status CheckArgCount(size_t count) {
+  if (count > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " arguments are more than hiredis takes"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
+void RespClient::ContextDeleter::operator()(redisContext* context) const {
+  redisFree(context);
+}
+
+RespClient::RespClient(std::string address, ContextPtr context)
+    : address_(std::move(address)), context_(std::move(context)) {}
+
 absl::StatusOr<RespClient> RespClient::Connect(absl::string_view address,
                                                absl::Duration timeout) {
-  MESHPOOL_ASSIGN_OR_RETURN(TcpStream stream,
-                            TcpStream::Connect(address, timeout));
-  RespClient client(std::move(stream));
+  std::string host;
+  int port = 0;
+  MESHPOOL_RETURN_IF_ERROR(
+      SplitHostPort(address, "127.0.0.1:6379", host, port));
+  const timeval tv = absl::ToTimeval(timeout);
+  ContextPtr context(redisConnectWithTimeout(host.c_str(), port, tv));
+  if (context == nullptr) {
+    return absl::ResourceExhaustedError(
+        "hiredis could not allocate a connection context");
+  }
+  RespClient client{std::string(address), std::move(context)};
+  if (client.context_->err != 0) {
+    return client.ContextError("connect (is the server running?)");
+  }
+  // The connect timeout bounds the connect only; this bounds later I/O.
+  if (redisSetTimeout(client.context_.get(), tv) != REDIS_OK) {
+    return client.ContextError("set the timeout");
+  }
   const absl::string_view ping[] = {"PING"};
   MESHPOOL_ASSIGN_OR_RETURN(std::string pong, client.Command(ping));
   if (pong != "PONG") {
@@ -50,130 +115,138 @@ absl::StatusOr<RespClient> RespClient::Connect(absl::string_view address,
   return client;
 }
 
-absl::Status RespClient::Broken() const {
-  return absl::FailedPreconditionError(
-      absl::StrCat("the connection to redis at ", stream_.address(),
-                   " failed earlier and is out of step; open a new one"));
+absl::Status RespClient::CheckUsable() const {
+  if (context_ == nullptr) {
+    return absl::FailedPreconditionError("this RespClient was moved from");
+  }
+  if (context_->err != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the connection to redis at ", address_, " failed earlier (",
+        context_->errstr, "); open a new one"));
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RespClient::ReadSimpleReply() {
-  MESHPOOL_ASSIGN_OR_RETURN(absl::string_view line, stream_.ReadLine());
-  if (line.empty()) return Unexpected("a reply", line, stream_.address());
-  if (line[0] == '-') return ServerError(line, stream_.address());
-  if (line[0] != '+' && line[0] != ':') {
-    return Unexpected("a simple reply", line, stream_.address());
+absl::Status RespClient::ContextError(absl::string_view what) const {
+  const std::string msg =
+      absl::StrCat("redis at ", address_, ": ", what, ": ", context_->errstr);
+  switch (context_->err) {
+    case REDIS_ERR_PROTOCOL:
+      return absl::DataLossError(msg);
+    case REDIS_ERR_OOM:
+      return absl::ResourceExhaustedError(msg);
+    default:  // REDIS_ERR_IO (timeouts too), REDIS_ERR_EOF, REDIS_ERR_OTHER
+      return absl::UnavailableError(msg);
   }
-  return std::string(line.substr(1));
 }
 
 absl::StatusOr<std::string> RespClient::Command(
     absl::Span<const absl::string_view> args) {
-  if (broken_) return Broken();
+  MESHPOOL_RETURN_IF_ERROR(CheckUsable());
   if (args.empty()) return absl::InvalidArgumentError("empty command");
-  std::string request = absl::StrCat("*", args.size(), "\r\n");
-  for (absl::string_view a : args) AppendBulk(request, a);
-  broken_ = true;  // until the reply has been read in full
-  const absl::string_view pieces[] = {request};
-  MESHPOOL_RETURN_IF_ERROR(stream_.Send(pieces));
-  absl::StatusOr<std::string> reply = ReadSimpleReply();
-  if (reply.ok() || !absl::IsDataLoss(reply.status())) broken_ = false;
-  return reply;
+  MESHPOOL_RETURN_IF_ERROR(CheckArgCount(args.size()));
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (absl::string_view a : args) {
+    argv.push_back(Data(a));
+    lens.push_back(a.size());
+  }
+  ReplyPtr reply(static_cast<redisReply*>(
+      redisCommandArgv(context_.get(), static_cast<int>(args.size()),
+                       argv.data(), lens.data())));
+  if (reply == nullptr) return ContextError(args[0]);
+  if (reply->type == REDIS_REPLY_STATUS) return std::string(Text(*reply));
+  if (reply->type == REDIS_REPLY_INTEGER) return absl::StrCat(reply->integer);
+  return Annotate(Unexpected(*reply, "a status or an integer", address_),
+                  args[0]);
 }
 
 absl::Status RespClient::SetBatch(absl::Span<const absl::string_view> keys,
                                   absl::Span<const absl::string_view> values) {
-  if (broken_) return Broken();
+  MESHPOOL_RETURN_IF_ERROR(CheckUsable());
   if (keys.empty() || keys.size() != values.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetBatch needs as many values as keys, at least one (got ",
         keys.size(), " keys, ", values.size(), " values)"));
   }
-  // Command i is segment i (its header, key and the value's "$n\r\n"), then
-  // the value itself; "\r\n" ends each value and opens the next segment.
-  std::string meta;
-  std::vector<size_t> ends;
-  ends.reserve(keys.size());
+  // Queued in hiredis's output buffer; the first redisGetReply sends them.
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) meta += "\r\n";
-    meta += "*3\r\n$3\r\nSET\r\n";
-    AppendBulk(meta, keys[i]);
-    absl::StrAppend(&meta, "$", values[i].size(), "\r\n");
-    ends.push_back(meta.size());
+    const char* argv[] = {"SET", Data(keys[i]), Data(values[i])};
+    const size_t lens[] = {3, keys[i].size(), values[i].size()};
+    if (redisAppendCommandArgv(context_.get(), 3, argv, lens) != REDIS_OK) {
+      return ContextError(absl::StrCat("queue SET ", keys[i]));
+    }
   }
-  meta += "\r\n";
-  std::vector<absl::string_view> pieces;
-  pieces.reserve(2 * keys.size() + 1);
-  size_t start = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    pieces.push_back(absl::string_view(meta).substr(start, ends[i] - start));
-    pieces.push_back(values[i]);
-    start = ends[i];
-  }
-  pieces.push_back(absl::string_view(meta).substr(start));
-  broken_ = true;
-  MESHPOOL_RETURN_IF_ERROR(stream_.Send(pieces));
   absl::Status first = absl::OkStatus();
   for (size_t i = 0; i < keys.size(); ++i) {
-    MESHPOOL_ASSIGN_OR_RETURN(absl::string_view line, stream_.ReadLine());
-    if (line == "+OK") continue;
-    if (line.empty() || line[0] != '-') {
-      return Unexpected("+OK to SET", line, stream_.address());
+    void* raw = nullptr;
+    if (redisGetReply(context_.get(), &raw) != REDIS_OK) {
+      return ContextError(absl::StrCat("SET ", keys[i]));
     }
+    ReplyPtr reply(static_cast<redisReply*>(raw));
+    if (reply == nullptr) {
+      return absl::DataLossError(
+          absl::StrCat("redis at ", address_, ": no reply to SET ", keys[i]));
+    }
+    if (reply->type == REDIS_REPLY_STATUS && Text(*reply) == "OK") continue;
     if (first.ok()) {
-      first = ServerError(line, stream_.address());
-      first = absl::Status(
-          first.code(), absl::StrCat("SET ", keys[i], ": ", first.message()));
+      first = Annotate(Unexpected(*reply, "the status OK", address_),
+                       absl::StrCat("SET ", keys[i]));
     }
   }
-  broken_ = false;
   return first;
 }
 
 absl::StatusOr<std::vector<std::optional<size_t>>> RespClient::MGet(
     absl::Span<const absl::string_view> keys,
     absl::Span<const absl::Span<char>> outs) {
-  if (broken_) return Broken();
+  MESHPOOL_RETURN_IF_ERROR(CheckUsable());
   if (keys.empty() || keys.size() != outs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("MGet needs as many buffers as keys, at least one (got ",
                      keys.size(), " keys, ", outs.size(), " buffers)"));
   }
-  std::string request = absl::StrCat("*", keys.size() + 1, "\r\n");
-  AppendBulk(request, "MGET");
-  for (absl::string_view k : keys) AppendBulk(request, k);
-  broken_ = true;
-  const absl::string_view pieces[] = {request};
-  MESHPOOL_RETURN_IF_ERROR(stream_.Send(pieces));
-  MESHPOOL_ASSIGN_OR_RETURN(absl::string_view head, stream_.ReadLine());
-  if (!head.empty() && head[0] == '-') {
-    broken_ = false;
-    return ServerError(head, stream_.address());
+  MESHPOOL_RETURN_IF_ERROR(CheckArgCount(keys.size() + 1));
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(keys.size() + 1);
+  lens.reserve(keys.size() + 1);
+  argv.push_back("MGET");
+  lens.push_back(4);
+  for (absl::string_view k : keys) {
+    argv.push_back(Data(k));
+    lens.push_back(k.size());
   }
-  size_t count = 0;
-  if (head.empty() || head[0] != '*' ||
-      !absl::SimpleAtoi(head.substr(1), &count) || count != keys.size()) {
-    return Unexpected(absl::StrCat("*", keys.size(), " (the MGET array)"), head,
-                      stream_.address());
+  ReplyPtr reply(static_cast<redisReply*>(
+      redisCommandArgv(context_.get(), static_cast<int>(argv.size()),
+                       argv.data(), lens.data())));
+  if (reply == nullptr) return ContextError("MGET");
+  if (reply->type != REDIS_REPLY_ARRAY) {
+    return Annotate(Unexpected(*reply, "an array", address_), "MGET");
+  }
+  if (reply->elements != keys.size()) {
+    return absl::DataLossError(absl::StrCat("redis at ", address_, ": MGET of ",
+                                            keys.size(), " keys returned ",
+                                            reply->elements, " values"));
   }
   std::vector<std::optional<size_t>> lengths(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    MESHPOOL_ASSIGN_OR_RETURN(absl::string_view line, stream_.ReadLine());
-    if (line == "$-1") continue;  // absent
-    size_t n = 0;
-    if (line.empty() || line[0] != '$' ||
-        !absl::SimpleAtoi(line.substr(1), &n)) {
-      return Unexpected("a bulk string", line, stream_.address());
+    const redisReply& value = *reply->element[i];
+    if (value.type == REDIS_REPLY_NIL) continue;  // absent
+    if (value.type != REDIS_REPLY_STRING) {
+      return Annotate(Unexpected(value, "a string or nil", address_),
+                      absl::StrCat("MGET ", keys[i]));
     }
-    if (n > outs[i].size()) {
+    if (value.len > outs[i].size()) {
       return absl::OutOfRangeError(
-          absl::StrCat("MGET ", keys[i], ": the value has ", n,
+          absl::StrCat("MGET ", keys[i], ": the value has ", value.len,
                        " bytes, the buffer ", outs[i].size()));
     }
-    MESHPOOL_RETURN_IF_ERROR(stream_.ReadExact(outs[i].first(n)));
-    MESHPOOL_RETURN_IF_ERROR(stream_.Expect("\r\n"));
-    lengths[i] = n;
+    if (value.len > 0) std::memcpy(outs[i].data(), value.str, value.len);
+    lengths[i] = value.len;
   }
-  broken_ = false;
   return lengths;
 }
 

@@ -23,6 +23,8 @@ PACKAGES=(
   # bench/kv_compare.sh (CI runs it in its smoke mode): the real servers
   # meshpool is compared with, and the loopback TCP ceiling.
   redis-server memcached iperf3
+  # bench/kv_compare reaches them with the client libraries their users use.
+  libhiredis-dev libmemcached-dev
   # bench/kv_instructions.sh (smoke in CI): instructions per operation
   # counted with callgrind (and its client-request header).
   valgrind
