@@ -16,8 +16,10 @@
 //   worst_join      the event furthest from 1.00
 //   worst_leave
 //   max_share       the fullest node's buckets over its fair share
-//   map_bytes       the serialized ClusterMap every watcher receives on
-//                   each change
+//   map_bytes       the serialized ClusterMap (what a watcher of
+//                   WatchClusterMap receives on each change)
+//   delta_bytes     the delta for one join (what a watcher of
+//                   WatchClusterMapUpdates receives instead)
 // Exits 1 if a bucket moved between two nodes that did not change, or if
 // the table and per-key rendezvous disagree on a key.
 //
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "placement/map_delta.h"
 #include "placement/placement.h"
 #include "proto/meshpool.pb.h"
 
@@ -173,6 +177,7 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
   // One node joins with the mean capacity, or one dies; each from `map`.
   const uint64_t mean = TotalCapacity(map) / nodes;
   Movement join, leave;
+  size_t delta_bytes = 0;
   for (int e = 0; e < kEvents; ++e) {
     proto::ClusterMap joined = map;
     joined.set_epoch(map.epoch() + 1);
@@ -187,6 +192,15 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
       return false;
     }
     join.Add(share / (double(mean) / TotalCapacity(joined)), ms);
+    if (e == 0) {
+      const std::optional<proto::ClusterMapDelta> delta =
+          placement::DiffMaps(map, joined);
+      if (!delta.has_value()) {
+        std::fprintf(stderr, "placement_sim: a join has no delta\n");
+        return false;
+      }
+      delta_bytes = delta->ByteSizeLong();
+    }
 
     proto::ClusterMap left = map;
     left.set_epoch(map.epoch() + 1);
@@ -219,9 +233,9 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
 
   std::printf(
       "%6d %9.1f %14.0f %9.1f %8.2f %9.2f %11.2f %11.2f %12.2f %12.2f %10.2f "
-      "%10zu\n",
+      "%10zu %12zu\n",
       nodes, route_ns, rendezvous_ns, build_ms, join.ms, leave.ms, join.mean,
-      join.worst, leave.mean, leave.worst, max_share, map_bytes);
+      join.worst, leave.mean, leave.worst, max_share, map_bytes, delta_bytes);
   std::fflush(stdout);
   return sink != 1;  // keeps the lookups; never 1 in practice
 }
@@ -261,10 +275,10 @@ int main(int argc, char** argv) {
   std::printf("placement_sim: %zu keys, %u buckets, seed=%llu\n", key_count,
               meshpool::placement::kBuckets,
               static_cast<unsigned long long>(seed));
-  std::printf("%6s %9s %14s %9s %8s %9s %11s %11s %12s %12s %10s %10s\n",
+  std::printf("%6s %9s %14s %9s %8s %9s %11s %11s %12s %12s %10s %10s %12s\n",
               "nodes", "route_ns", "rendezvous_ns", "build_ms", "join_ms",
               "leave_ms", "join_moved", "worst_join", "leave_moved",
-              "worst_leave", "max_share", "map_bytes");
+              "worst_leave", "max_share", "map_bytes", "delta_bytes");
   std::mt19937_64 rng(seed);
   std::vector<meshpool::Key> keys(key_count);
   for (meshpool::Key& k : keys) k = meshpool::Key{rng(), rng()};

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "common/common.h"
 #include "coordinator/tenants.h"
 #include "placement/coordinator_client.h"
+#include "placement/map_delta.h"
 
 namespace meshpool::coordinator {
 namespace {
@@ -148,14 +150,42 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const proto::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<proto::ClusterMap>* writer) {
+  return WatchMaps(context, *request, [writer](const proto::ClusterMap& map) {
+    return writer->Write(map);
+  });
+}
+
+grpc::Status CoordinatorService::WatchClusterMapUpdates(
+    grpc::ServerContext* context, const proto::WatchClusterMapRequest* request,
+    grpc::ServerWriter<proto::ClusterMapUpdate>* writer) {
+  std::optional<proto::ClusterMap> last;  // what the client holds
+  return WatchMaps(context, *request, [&](const proto::ClusterMap& map) {
+    proto::ClusterMapUpdate update;
+    std::optional<proto::ClusterMapDelta> delta;
+    if (last.has_value()) delta = placement::DiffMaps(*last, map);
+    if (delta.has_value() && delta->ByteSizeLong() < map.ByteSizeLong()) {
+      *update.mutable_delta() = *std::move(delta);
+    } else {
+      *update.mutable_map() = map;
+    }
+    last = map;
+    return writer->Write(update);
+  });
+}
+
+// The sync API has no cancellation callback, so between epochs the handler
+// wakes every kWatchCancelPollInterval to look at IsCancelled().
+grpc::Status CoordinatorService::WatchMaps(
+    grpc::ServerContext* context, const proto::WatchClusterMapRequest& request,
+    const std::function<bool(const proto::ClusterMap&)>& send) {
   if (grpc::Status s = auth::Allow(*context, "watch the cluster map", kAnyone);
       !s.ok())
     return s;
   if (membership_ == nullptr) return Redirect(context);
   // Zero wait: just read the current epoch.
   Membership::EpochWait now =
-      membership_->AwaitEpochAbove(request->known_epoch(), absl::ZeroDuration());
-  uint64_t sent = request->known_epoch();
+      membership_->AwaitEpochAbove(request.known_epoch(), absl::ZeroDuration());
+  uint64_t sent = request.known_epoch();
   // Epoch below known_epoch: the client saw a map this coordinator lost
   // (restarted without its state); it must take this one.
   bool must_send = now.epoch < sent;
@@ -170,7 +200,7 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
     if (must_send || now.epoch > sent) {
       absl::StatusOr<proto::ClusterMap> map = membership_->Map();
       if (!map.ok()) return ToGrpc(map.status());
-      if (!writer->Write(*map)) {
+      if (!send(*map)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
       }
       sent = map->epoch();

@@ -60,6 +60,13 @@ class CoordinatorService final : public proto::Coordinator::Service {
   grpc::Status WatchClusterMap(grpc::ServerContext* context,
                                const proto::WatchClusterMapRequest* request,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override;
+  // The same, as ClusterMapUpdates: the stream's first map whole, each
+  // later one as a delta on the one before (placement::DiffMaps) when the
+  // delta is smaller.
+  grpc::Status WatchClusterMapUpdates(
+      grpc::ServerContext* context,
+      const proto::WatchClusterMapRequest* request,
+      grpc::ServerWriter<proto::ClusterMapUpdate>* writer) override;
 
   grpc::Status CreateRegion(grpc::ServerContext* context,
                             const proto::CreateRegionRequest* request,
@@ -77,6 +84,12 @@ class CoordinatorService final : public proto::Coordinator::Service {
                            proto::ListRegionsReply* reply) override;
 
  private:
+  // WatchClusterMap's loop: `send` gets each map to stream and returns
+  // false when the client went away.
+  grpc::Status WatchMaps(
+      grpc::ServerContext* context,
+      const proto::WatchClusterMapRequest& request,
+      const std::function<bool(const proto::ClusterMap&)>& send);
   // A standby's answer to every call.
   grpc::Status Redirect(grpc::ServerContext* context) const;
 

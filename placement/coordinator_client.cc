@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
+#include "placement/map_delta.h"
 #include "placement/region_layout.h"
 #include "proto/proto.h"
 
@@ -232,21 +233,17 @@ class CoordinatorClient::MapWatch final : public CoordinatorClient::Watch {
     }
     proto::WatchClusterMapRequest request;
     request.set_known_epoch(known_epoch_);
-    std::unique_ptr<grpc::ClientReader<proto::ClusterMap>> reader =
-        conn->stub->WatchClusterMap(&context, request);
     bool progressed = false;
-    bool first = true;
-    proto::ClusterMap map;
-    while (reader->Read(&map)) {
-      // A first map below what we know: the coordinator lost its state.
-      if (map.epoch() > known_epoch_ || (first && map.epoch() < known_epoch_)) {
-        known_epoch_ = map.epoch();
-        on_map_(map);
+    grpc::Status status;
+    if (updates_) {
+      status = ReadUpdates(*conn, context, request, progressed);
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        updates_ = false;   // a coordinator from before deltas: whole maps
+        progressed = true;  // retry at once
       }
-      first = false;
-      progressed = true;
+    } else {
+      status = ReadMaps(*conn, context, request, progressed);
     }
-    const grpc::Status status = reader->Finish();
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       rpc_->Recover(conn, context, /*hop=*/0);
     }
@@ -256,9 +253,60 @@ class CoordinatorClient::MapWatch final : public CoordinatorClient::Watch {
     return progressed || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
   }
 
+  // Delivers `map` when it is news: newer than known, or the stream's first
+  // and older (the coordinator lost its state).
+  void Deliver(const proto::ClusterMap& map, bool first) {
+    if (map.epoch() > known_epoch_ || (first && map.epoch() < known_epoch_)) {
+      known_epoch_ = map.epoch();
+      on_map_(map);
+    }
+  }
+
+  grpc::Status ReadMaps(Rpc::Conn& conn, grpc::ClientContext& context,
+                        const proto::WatchClusterMapRequest& request,
+                        bool& progressed) {
+    std::unique_ptr<grpc::ClientReader<proto::ClusterMap>> reader =
+        conn.stub->WatchClusterMap(&context, request);
+    proto::ClusterMap map;
+    bool first = true;
+    while (reader->Read(&map)) {
+      Deliver(map, first);
+      first = false;
+      progressed = true;
+    }
+    return reader->Finish();
+  }
+
+  // Whole maps and deltas, applied to the stream's previous map. A delta
+  // that does not apply ends the stream (the next one starts whole).
+  grpc::Status ReadUpdates(Rpc::Conn& conn, grpc::ClientContext& context,
+                           const proto::WatchClusterMapRequest& request,
+                           bool& progressed) {
+    std::unique_ptr<grpc::ClientReader<proto::ClusterMapUpdate>> reader =
+        conn.stub->WatchClusterMapUpdates(&context, request);
+    proto::ClusterMapUpdate update;
+    proto::ClusterMap map;
+    bool first = true;
+    while (reader->Read(&update)) {
+      if (update.has_map()) {
+        map = std::move(*update.mutable_map());
+      } else if (first || !ApplyMapDelta(update.delta(), map).ok()) {
+        context.TryCancel();
+        break;
+      }
+      Deliver(map, first);
+      first = false;
+      progressed = true;
+    }
+    return reader->Finish();
+  }
+
   const std::shared_ptr<Rpc> rpc_;  // the client's channel, followed
   const std::function<void(const proto::ClusterMap&)> on_map_;
   uint64_t known_epoch_;  // only the watch thread touches it
+  // Whether to ask for deltas (WatchClusterMapUpdates); false once a
+  // coordinator answers UNIMPLEMENTED. Only the watch thread touches it.
+  bool updates_ = true;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open stream

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/coordinator_client.h"
+#include "placement/map_delta.h"
 #include "placement/placement.h"
 #include "proto/proto.h"
 #include "tests/fake_env.h"
@@ -608,6 +609,39 @@ TEST_F(CoordinatorTest, WatchResumesAfterCoordinatorRestartsWithoutState) {
   ASSERT_GE(epochs.size(), 2u);
   EXPECT_EQ(epochs[0], 2u);
   EXPECT_LT(epochs[1], 2u);
+}
+
+TEST_F(CoordinatorTest, UpdatesStreamTheWholeMapFirstThenSmallerDeltas) {
+  for (int i = 0; i < 8; ++i) Register(ValidNode());
+  auto channel = grpc::CreateChannel(coordinator_->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = proto::Coordinator::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kEventTimeout));
+  proto::WatchClusterMapRequest request;
+  auto reader = stub->WatchClusterMapUpdates(&context, request);
+  proto::ClusterMapUpdate update;
+  ASSERT_TRUE(reader->Read(&update));
+  ASSERT_TRUE(update.has_map()) << "the first message is the whole map";
+  proto::ClusterMap held = update.map();
+  EXPECT_EQ(held.epoch(), 8u);
+
+  const std::string joined = Register(ValidNode()).node_id();
+  ASSERT_TRUE(reader->Read(&update));
+  ASSERT_TRUE(update.has_delta()) << update.ShortDebugString();
+  ASSERT_EQ(update.delta().changed_size(), 1);
+  EXPECT_EQ(update.delta().changed(0).info().node_id(), joined);
+  ASSERT_TRUE(placement::ApplyMapDelta(update.delta(), held).ok());
+  absl::StatusOr<proto::ClusterMap> current = client_->GetClusterMap();
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_LT(update.delta().ByteSizeLong() * 4, current->ByteSizeLong())
+      << "one node's delta against nine nodes' map";
+  ASSERT_EQ(held.epoch(), current->epoch());
+  ASSERT_EQ(held.nodes_size(), current->nodes_size());
+  for (int i = 0; i < held.nodes_size(); ++i) {
+    EXPECT_TRUE(placement::SameEntry(held.nodes(i), current->nodes(i))) << i;
+  }
+  context.TryCancel();
 }
 
 TEST_F(CoordinatorTest, ShutdownEndsWatchStreamsWithUnavailable) {
