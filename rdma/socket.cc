@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -232,13 +233,29 @@ absl::StatusOr<UniqueFd> ConnectTcp(const HostPort& peer,
   return result;
 }
 
+ssize_t RecvNoCancel(int fd, void* buffer, size_t length, int flags) {
+#ifdef __linux__
+  return ::syscall(SYS_recvfrom, fd, buffer, length, flags, nullptr, nullptr);
+#else
+  return ::recv(fd, buffer, length, flags);
+#endif
+}
+
+ssize_t SendmsgNoCancel(int fd, const msghdr* msg, int flags) {
+#ifdef __linux__
+  return ::syscall(SYS_sendmsg, fd, msg, flags);
+#else
+  return ::sendmsg(fd, msg, flags);
+#endif
+}
+
 absl::Status SendAll(int fd, absl::Span<iovec> iov) {
   size_t first = 0;
   while (first < iov.size()) {
     msghdr msg{};
     msg.msg_iov = &iov[first];
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    ssize_t sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t sent = SendmsgNoCancel(fd, &msg, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, "sendmsg");

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
 #include "rdma/region_registry.h"
+#include "rdma/socket.h"
 #include "rdma/tcp_wire.h"
 #include "rdma/tokens.h"
 
@@ -136,7 +137,7 @@ TcpEndpoint::Step TcpEndpoint::ReceiveStep(Completion* out) {
     dst = head.local + rx_payload_got_;
     want = head.length - rx_payload_got_;
   }
-  ssize_t got = ::recv(fd_.get(), dst, want, MSG_DONTWAIT);
+  ssize_t got = RecvNoCancel(fd_.get(), dst, want, MSG_DONTWAIT);
   if (got == 0) {
     Break("the peer closed the connection");
     return Step::kProgress;

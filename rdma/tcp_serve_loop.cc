@@ -332,8 +332,8 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
         c.in_begin += n;
       } else {
         if (recv_calls++ == kRecvCallsPerTurn) return Outcome::kKeep;
-        ssize_t got =
-            ::recv(c.fd.get(), c.payload_at, c.payload_left, MSG_DONTWAIT);
+        ssize_t got = RecvNoCancel(c.fd.get(), c.payload_at, c.payload_left,
+                                   MSG_DONTWAIT);
         if (got == 0) return Outcome::kClose;  // a WRITE cut short
         if (got < 0) {
           if (errno == EINTR) continue;
@@ -382,8 +382,8 @@ TcpServeLoop::Outcome TcpServeLoop::ReadRequests(Conn& c) {
       c.in_begin = 0;
     }
     if (recv_calls++ == kRecvCallsPerTurn) return Outcome::kKeep;
-    ssize_t got = ::recv(c.fd.get(), c.in.get() + c.in_end,
-                         kInputBufferBytes - c.in_end, MSG_DONTWAIT);
+    ssize_t got = RecvNoCancel(c.fd.get(), c.in.get() + c.in_end,
+                               kInputBufferBytes - c.in_end, MSG_DONTWAIT);
     if (got == 0) return PeerDoneSending(c);
     if (got < 0) {
       if (errno == EINTR) continue;
@@ -457,7 +457,8 @@ TcpServeLoop::Outcome TcpServeLoop::Flush(Conn& c) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
-    ssize_t sent = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t sent =
+        SendmsgNoCancel(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR) continue;
       return WouldBlock(errno) ? Outcome::kKeep : Outcome::kClose;
