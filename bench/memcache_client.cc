@@ -146,7 +146,6 @@ absl::StatusOr<MemcacheClient> MemcacheClient::Connect(
       {MEMCACHED_BEHAVIOR_SND_TIMEOUT, us},
       {MEMCACHED_BEHAVIOR_RCV_TIMEOUT, us},
       {MEMCACHED_BEHAVIOR_TCP_NODELAY, 1},
-      {MEMCACHED_BEHAVIOR_BUFFER_REQUESTS, 1},
       // Rejects keys with spaces or control characters before sending.
       {MEMCACHED_BEHAVIOR_VERIFY_KEY, 1},
   };
@@ -193,18 +192,14 @@ absl::Status MemcacheClient::SetBatch(
   MESHPOOL_RETURN_IF_ERROR(CheckUsable());
   MESHPOOL_RETURN_IF_ERROR(CheckSpans(keys.size(), values.size(), "values"));
   for (size_t i = 0; i < keys.size(); ++i) {
-    // Queued (MEMCACHED_BUFFERED), or sent when the buffer filled.
+    // Sends the set and waits for its reply (STORED: MEMCACHED_SUCCESS).
     const memcached_return_t rc =
         memcached_set(memc_.get(), keys[i].data(), keys[i].size(),
                       values[i].data(), values[i].size(), 0, 0);
-    if (rc != MEMCACHED_BUFFERED && rc != MEMCACHED_SUCCESS) {
+    if (rc != MEMCACHED_SUCCESS) {
       return MemcachedError(memc_.get(), rc, address_,
                             absl::StrCat("set ", keys[i]));
     }
-  }
-  const memcached_return_t rc = memcached_flush_buffers(memc_.get());
-  if (rc != MEMCACHED_SUCCESS) {
-    return MemcachedError(memc_.get(), rc, address_, "sending the sets");
   }
   return absl::OkStatus();
 }

@@ -6,16 +6,16 @@
 // memcached_st with one server: one TCP connection (text protocol,
 // TCP_NODELAY), which libmemcached opens lazily and reopens after a failure.
 //
-// Sets are pipelined the way libmemcached users pipeline them:
-// MEMCACHED_BEHAVIOR_BUFFER_REQUESTS queues each memcached_set, and
-// memcached_flush_buffers sends them together. libmemcached then reads
-// their replies only to discard them, so a set the server refused (e.g.
-// SERVER_ERROR out of memory) is not reported here: kv_compare reads every
-// key back right after its PUT (a missing value fails the run, and
-// --verify catches an old one). Measuring memcached one round trip per set
-// instead would understate it. The get is one request for all keys
-// (memcached_mget), its values copied from libmemcached's result into the
-// caller's buffers.
+// Sets are not pipelined: SetBatch runs one memcached_set, one round trip,
+// per key. libmemcached pipelines sets only in ways that lose their results
+// (MEMCACHED_BEHAVIOR_BUFFER_REQUESTS queues them and later reads their
+// replies only to discard them; NOREPLY asks the server for none), and
+// with BUFFER_REQUESTS, 2 MiB values fail here after a few batches
+// ("SYSTEM ERROR(Bad file descriptor)" from libmemcached 1.1.4). So
+// memcached's PUT figures in kv_compare are one round trip per value, as a
+// libmemcached user who checks each set gets them. The get is one request
+// for all keys (memcached_mget), its values copied from libmemcached's
+// result into the caller's buffers.
 //
 // Errors (libmemcached's memcached_return_t, with its message): Unavailable
 // when the server cannot be reached, the connection fails, or the server
@@ -71,11 +71,10 @@ class MemcacheClient {
   // The server's version, "major.minor.micro" (e.g. "1.6.18").
   const std::string& version() const { return version_; }
 
-  // `set` keys[i] values[i] (flags 0, no expiry) for every i, pipelined
-  // (see the header comment). OK when every set was queued and sent, which
-  // does not prove the server stored it; otherwise the first failure,
-  // naming its key, and the keys after it are not sent. InvalidArgument
-  // when the spans' sizes differ or are empty.
+  // `set` keys[i] values[i] (flags 0, no expiry) for every i, one after the
+  // other (see the header comment). OK when every set was stored;
+  // otherwise the first failure, naming its key, and the keys after it are
+  // not set. InvalidArgument when the spans' sizes differ or are empty.
   absl::Status SetBatch(absl::Span<const absl::string_view> keys,
                         absl::Span<const absl::string_view> values);
 
