@@ -56,7 +56,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
   absl::StatusOr<LaneOp> op = StartLaneOp(node);
   if (!op.ok()) return fail_rest({}, op.status());
   LaneOp& s = *op;
-  absl::Time start = absl::Now();
+  const ReadStart start = ReadStartNow();
   const size_t n = keys.size();
   std::vector<KeyState> states(n);
   std::vector<Buckets> buckets(n);

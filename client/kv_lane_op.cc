@@ -61,8 +61,9 @@ absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
   return stale ? StaleRead() : absl::NotFoundError("key not found");
 }
 
-bool ReadLeasePassed(LaneOp& s, absl::Time start) {
-  return absl::Now() - start > s.node().read_lease();
+bool ReadLeasePassed(LaneOp& s, ReadStart start) {
+  return ReadStartNow() - start >
+         absl::ToChronoNanoseconds(s.node().read_lease());
 }
 
 absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,

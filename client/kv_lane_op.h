@@ -6,6 +6,7 @@
 #define MESHPOOL_CLIENT_KV_LANE_OP_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -258,10 +259,15 @@ void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
 absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
                               ValueSink sink);
+// When a read began, on a monotonic clock: a wall-clock step backwards
+// must never make a read that outlived its lease look young (and
+// steady_clock is a third of absl::Now's cost per read).
+using ReadStart = std::chrono::steady_clock::time_point;
+inline ReadStart ReadStartNow() { return std::chrono::steady_clock::now(); }
 // Past the read lease, the slab we read from may have been reclaimed and
 // reused: what we fetched could be stale even if it verifies (the step then
 // returns ReadLeaseExpired()).
-bool ReadLeasePassed(LaneOp& s, absl::Time start);
+bool ReadLeasePassed(LaneOp& s, ReadStart start);
 // Phase one of every batch: all keys' buckets in one post.
 absl::Status ReadAllBuckets(LaneOp& s, absl::Span<const KeyRef> keys,
                             std::vector<Buckets>* buckets);

@@ -27,7 +27,7 @@ absl::Status NeverVerified(const KeyRef& key, NodeConnection& node,
 
 // Reads the candidates of `key` found in `b` and verifies them.
 absl::Status ReadCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
-                            absl::Time start, ValueSink sink) {
+                            ReadStart start, ValueSink sink) {
   uint64_t total = 0;
   CandidatePlan plan = PlanCandidates(s, key, b, &total);
   if (plan.slots.empty()) return absl::NotFoundError("key not found");
@@ -51,7 +51,7 @@ absl::Status ReadCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
 // is verified as always). Otherwise *served stays false and `b` holds the
 // fresh buckets for the usual second step.
 absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
-                          const SlotCache::Hint& hint, absl::Time start,
+                          const SlotCache::Hint& hint, ReadStart start,
                           Buckets* b, ValueSink sink, bool* served) {
   *served = false;
   uint64_t length = s.ObjectReadLength(hint.word);
@@ -89,7 +89,7 @@ absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
 // value of the one that is `key` straight into direct.out and its digests
 // into staging. StaleRead() when the view is stale.
 absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
-                                 absl::Time start, const DirectBuffer& direct,
+                                 ReadStart start, const DirectBuffer& direct,
                                  ValueSink sink) {
   std::vector<format::ObjectHeader> headers;
   MESHPOOL_ASSIGN_OR_RETURN(std::vector<int> mine,
@@ -152,7 +152,7 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
   MESHPOOL_ASSIGN_OR_RETURN(LaneOp s, StartLaneOp(node));
   bool slow = false;  // the last attempt outlived the read lease
   for (int attempt = 0; attempt <= max_verify_retries; ++attempt) {
-    absl::Time start = absl::Now();
+    const ReadStart start = ReadStartNow();
     Buckets b;
     // First attempt: one round trip when the slot cache knows where the key
     // was (and the value is not one for the zero-copy path).
