@@ -1,8 +1,10 @@
 // For bench/kv_compare: the stores under test behind one interface, so the
 // driver runs the same workload against each.
 //
-//   redis      bench/resp_client.h: pipelined SET x N, then one MGET.
-//   memcached  bench/memcache_client.h: pipelined `set` x N, one `get k..`.
+//   redis      bench/resp_client.h (hiredis): pipelined SET x N, then one
+//              MGET.
+//   memcached  bench/memcache_client.h (libmemcached): `set` x N, one round
+//              trip each, then one multi-key get.
 //   meshpool   meshpool::Client (one per process, shared by every session):
 //              BatchPut / BatchGet on buffers registered with
 //              RegisterBuffer, so values move zero-copy.
