@@ -1,1 +1,2 @@
 meshpool_bench(transport_bench SOURCES transport_bench.cc LIBS meshpool_rdma)
+meshpool_bench_binary_smoke(TransportBenchSmoke transport_bench)

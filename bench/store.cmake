@@ -1,1 +1,2 @@
 meshpool_bench(store_bench SOURCES store_bench.cc LIBS meshpool_store)
+meshpool_bench_binary_smoke(StoreBenchSmoke store_bench)

@@ -15,6 +15,7 @@
 #include "client/node_connection.h"
 #include "client/region.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "format/protocol.h"
 #include "rdma/device_matrix.h"
 
@@ -70,6 +71,11 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
     return absl::InvalidArgumentError(
         absl::StrCat("batch_threads ", options.batch_threads, " must be in 1..",
                      client_internal::kMaxBatchThreads));
+  }
+  if (options.pins_per_node > format::kMaxPinsPerSession) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pins_per_node ", options.pins_per_node, " must be in 0..",
+                     format::kMaxPinsPerSession, " (0: the node's default)"));
   }
   MESHPOOL_ASSIGN_OR_RETURN(
       std::shared_ptr<client_internal::ClientCore> core,

@@ -329,6 +329,7 @@ absl::StatusOr<std::shared_ptr<NodeConnection>> ClientCore::Connection(
   copts.security = security_;
   copts.connect_timeout = options_.connect_timeout;
   copts.op_timeout = options_.op_timeout;
+  copts.pins = options_.pins_per_node;
   std::vector<std::string> addresses = CandidateAddresses(info);
   absl::Status last = absl::FailedPreconditionError(absl::StrCat(
       "node ", info.node_id(), " registered no transport address"));

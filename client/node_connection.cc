@@ -384,6 +384,7 @@ absl::StatusOr<proto::OpenSessionReply> NodeConnection::OpenSession() {
   proto::OpenSessionRequest request;
   request.set_client_id(options_.client_id);
   request.set_incarnation(incarnation());
+  request.set_pin_entries(options_.pins);
   proto::OpenSessionReply reply;
   grpc::ClientContext ctx;
   MESHPOOL_RETURN_IF_ERROR(

@@ -62,6 +62,7 @@ struct ConnectionOptions {
   auth::ChannelSecurity security;  // for the node's gRPC service
   absl::Duration connect_timeout = absl::Seconds(3);
   absl::Duration op_timeout = absl::Seconds(5);
+  uint32_t pins = 0;  // pin table entries to ask for (0: the node's default)
 };
 
 class NodeConnection {

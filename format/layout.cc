@@ -67,12 +67,23 @@ constexpr uint64_t kAreaAlign = 4096;  // every area starts on a page
 absl::StatusOr<uint64_t> PinAreaBytes(uint64_t pool_bytes,
                                       uint32_t& pin_sessions,
                                       uint32_t& pins_per_session) {
-  if (pin_sessions == 0) pin_sessions = kDefaultPinSessions;
+  const bool default_sessions = pin_sessions == 0;
+  if (default_sessions) pin_sessions = kDefaultPinSessions;
   if (pins_per_session == 0) {
     uint64_t per = pool_bytes / 64 / (kPinEntryBytes * pin_sessions);
     per = std::bit_floor(std::max<uint64_t>(per, 1));
     pins_per_session = static_cast<uint32_t>(
         std::clamp<uint64_t>(per, kMinPinsPerSession, kMaxPinsPerSession));
+  }
+  if (default_sessions) {
+    // A small pool holds fewer default tables rather than a pin area over
+    // 1/64 of it.
+    const uint64_t fit =
+        pool_bytes / 64 / (kPinEntryBytes * uint64_t{pins_per_session});
+    if (fit < pin_sessions) {
+      pin_sessions =
+          static_cast<uint32_t>(std::bit_floor(std::max<uint64_t>(fit, 1)));
+    }
   }
   // Both factors are below 2^32, so the product fits; the entry size is
   // applied only once it is known to be below the pool.

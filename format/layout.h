@@ -1,6 +1,7 @@
-// meshpool/format/layout.h: the on-memory format of a memory node's pool, shared
-// by the node (which lays it out) and clients (which read and write it with
-// one-sided operations). Every byte layout here is part of the wire contract.
+// meshpool/format/layout.h: the on-memory format of a memory node's pool,
+// shared by the node (which lays it out) and clients (which read and write it
+// with one-sided operations). Every byte layout here is part of the wire
+// contract.
 //
 //   pool:   [ superblock 4 KiB | index: bucket_count x 64 B |
 //             slab table: slab_count x 16 B | pin area | slabs ... ]
@@ -15,10 +16,13 @@
 //   slab table entry (SlabMeta), one per slab:
 //           [ evicting: 8 B, written by the node only | touched: 8 B,
 //             written by clients (any nonzero value), cleared by the node ]
-//   pin area: pin_sessions tables of pins_per_session PinEntry (16 B) each;
-//           a client session owns one table (OpenSession) and is its only
-//           writer; the node only reads it (and clears it when the session
-//           ends or expires).
+//   pin area: pin_sessions x pins_per_session PinEntry (16 B): room for
+//           pin_sessions tables of the default size pins_per_session. The
+//           node carves tables out of it on demand, each a run of entries
+//           as long as its session asked (store/pin_area.h); a client
+//           session owns one table (OpenSession) and is its only writer;
+//           the node only reads it (and clears it when the session ends or
+//           expires).
 //   pin entry: [ object offset (pool offset of a pinned object; 0 = unused) |
 //               expiry (node clock, unix ms; kPinForever = hard pin) ]
 //
@@ -29,6 +33,7 @@
 #ifndef MESHPOOL_FORMAT_LAYOUT_H_
 #define MESHPOOL_FORMAT_LAYOUT_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -58,9 +63,11 @@ inline constexpr size_t kPinEntryBytes = 16;
 // until its client unpins it or its session ends (the client closed it or
 // died and stopped renewing it).
 inline constexpr uint64_t kPinForever = ~uint64_t{0};
-// Defaults of ComputeLayout: client sessions per node, and pins per session
-// (the pin area is at most about 1/64 of the pool, within these bounds).
-inline constexpr uint32_t kDefaultPinSessions = 256;
+// Defaults of ComputeLayout: client sessions the pin area is sized for, and
+// the default pins per session (the pin area is at most about 1/64 of the
+// pool, within these bounds). A session may ask for any table size in
+// [kMinPinsPerSession, kMaxPinsPerSession] (store/pin_tables.h).
+inline constexpr uint32_t kDefaultPinSessions = 4096;
 inline constexpr uint32_t kMinPinsPerSession = 64;
 inline constexpr uint32_t kMaxPinsPerSession = 16384;
 inline constexpr int kOffsetBits = 46;
@@ -74,6 +81,8 @@ static_assert(kMaxKeyBytes >= 1024, "the contract promises 1 KiB keys");
 static_assert(kSlabMetaBytes == 3 * 8 && kPinEntryBytes == 2 * 8,
               "8-byte words, written and read as whole words");
 static_assert(kMinPinsPerSession <= kMaxPinsPerSession);
+static_assert(std::has_single_bit(kMinPinsPerSession) &&
+              std::has_single_bit(kMaxPinsPerSession));
 
 // Largest pool a slot can address.
 inline constexpr uint64_t kMaxPoolBytes = (1ull << kOffsetBits) * kObjectAlign;
@@ -132,8 +141,8 @@ struct PoolLayout {
   uint64_t slab_count = 0;
   uint64_t slab_meta_offset = 0;  // slab table: slab_count x SlabMeta
   uint64_t pin_area_offset = 0;   // pin_sessions x pins_per_session x PinEntry
-  uint64_t pin_sessions = 0;
-  uint64_t pins_per_session = 0;
+  uint64_t pin_sessions = 0;      // sessions the area is sized for
+  uint64_t pins_per_session = 0;  // a session's table unless it asks
 
   uint64_t bucket_offset(uint64_t bucket) const {
     return index_offset + bucket * kBucketBytes;
@@ -144,8 +153,9 @@ struct PoolLayout {
   uint64_t slab_meta(uint64_t slab) const {
     return slab_meta_offset + slab * kSlabMetaBytes;
   }
-  uint64_t pin_table(uint64_t session) const {
-    return pin_area_offset + session * pins_per_session * kPinEntryBytes;
+  uint64_t pin_area_entries() const { return pin_sessions * pins_per_session; }
+  uint64_t pin_entry(uint64_t index) const {
+    return pin_area_offset + index * kPinEntryBytes;
   }
   // Slab holding pool offset `offset`, or slab_count if outside the slabs.
   uint64_t slab_of(uint64_t offset) const;
@@ -155,9 +165,11 @@ struct PoolLayout {
 // down to a power of two, at least min(4 MiB, pool/16), within [1 MiB,
 // 64 MiB]; `bucket_count` 0
 // picks pool_bytes / 4096 (index = 1/64 of the pool), at least 1024.
-// `pin_sessions` 0 picks kDefaultPinSessions; `pins_per_session` 0 picks
-// pool / 64 / (16 x pin_sessions) rounded down to a power of two, clamped to
-// [kMinPinsPerSession, kMaxPinsPerSession].
+// `pins_per_session` 0 picks pool / 64 / (16 x pin_sessions) rounded down
+// to a power of two, clamped to [kMinPinsPerSession, kMaxPinsPerSession].
+// `pin_sessions` 0 picks kDefaultPinSessions, or fewer (a power of two, at
+// least one) where that many tables of pins_per_session would take more
+// than 1/64 of the pool: under 256 MiB with the default table size.
 // InvalidArgument when the pool cannot hold the index, the slab table, the
 // pin area and two slabs, or when slab_bytes is not a multiple of
 // kObjectAlign.

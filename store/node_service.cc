@@ -158,8 +158,8 @@ class NodeServiceImpl final : public proto::Node::Service {
     if (deps_.sessions == nullptr) return NoSessions();
     absl::Status same = SameIncarnation(request->incarnation());
     if (!same.ok()) return ToGrpc(same);
-    absl::StatusOr<SessionGrant> grant =
-        deps_.sessions->Open(request->client_id(), CallerTenant(*context));
+    absl::StatusOr<SessionGrant> grant = deps_.sessions->Open(
+        request->client_id(), CallerTenant(*context), request->pin_entries());
     if (!grant.ok()) return ToGrpc(grant.status());
     reply->set_session(grant->session);
     reply->set_token(grant->token);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<PinTables>> PinTables::Create(
       l.pin_sessions > UINT32_MAX || l.pins_per_session > UINT32_MAX ||
       l.pin_area_offset < format::kSuperblockBytes ||
       l.pin_area_offset % 8 != 0 ||
-      l.pin_table(l.pin_sessions) > l.pool_bytes) {
+      l.pin_entry(l.pin_area_entries()) > l.pool_bytes) {
     return absl::InvalidArgumentError(
         "layout has no pin area or it overruns the pool; build it with "
         "ComputeLayout");
@@ -61,22 +62,27 @@ absl::StatusOr<std::unique_ptr<PinTables>> PinTables::Create(
 }
 
 PinTables::PinTables(PinTablesOptions options, char* pool)
-    : options_(std::move(options)), pool_(pool) {
-  sessions_.resize(options_.layout.pin_sessions);
-  for (uint32_t i = 0; i < sessions_.size(); ++i) free_.push_back(i);
-}
+    : options_(std::move(options)),
+      pool_(pool),
+      area_(options_.layout.pin_area_entries(), kPinTableQuarantine) {}
 
 uint64_t PinTables::NowMs() const {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(Now())));
 }
 
 absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id,
-                                             absl::string_view tenant) {
+                                             absl::string_view tenant,
+                                             uint32_t pins) {
   if (client_id.empty()) {
     return absl::InvalidArgumentError("OpenSession needs a client_id");
   }
+  const uint64_t want =
+      pins == 0 ? options_.layout.pins_per_session
+                : std::min<uint64_t>(pins, format::kMaxPinsPerSession);
   absl::Time now = Now();
   absl::MutexLock lock(&mu_);
+  const uint32_t open =
+      static_cast<uint32_t>(sessions_.size() - free_ids_.size());
   if (const uint32_t cap = options_.max_sessions_per_tenant; cap > 0) {
     uint32_t held = 0;
     // A session whose lease passed is over, expired yet or not.
@@ -87,31 +93,46 @@ absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id,
       return absl::ResourceExhaustedError(absl::StrCat(
           tenant.empty() ? std::string("callers without a tenant")
                          : absl::StrCat("'", tenant, "'"),
-          " hold ", held, " of this node's ", sessions_.size(),
-          " pin tables, the most one tenant may (--tenant-sessions); close "
-          "idle clients of it, or wait one session lease for dead ones to "
-          "expire"));
+          " hold ", held, " of this node's ", open,
+          " client sessions, the most one tenant may (--tenant-sessions); "
+          "close idle clients of it, or wait one session lease for dead "
+          "ones to expire"));
     }
   }
-  if (free_.empty()) {
+  auto exhausted = [&](absl::string_view what) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", sessions_.size(),
-        " pin tables of this node are taken by open client sessions; close "
-        "idle clients (or wait one session lease for dead ones to expire)"));
-  }
-  const uint32_t index = free_.front();
-  if (now < sessions_[index].freed_at + kPinTableQuarantine) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", sessions_.size(),
-        " pin tables of this node are taken or were freed in the last ",
+        what, ": ", open, " open sessions hold ",
+        area_.entries() - area_.free_entries() - area_.resting_entries(),
+        " of its ", area_.entries(), " pin entries and ",
+        area_.resting_entries(), " rest for ",
         absl::FormatDuration(kPinTableQuarantine),
-        " (they rest that long before reuse); retry shortly or close idle "
-        "clients"));
+        " after a close; close idle clients (dead ones expire one session "
+        "lease after their last renewal), ask for fewer pins per node, or "
+        "give the node more pin entries"));
+  };
+  if (open >= kMaxOpenSessions) {
+    return exhausted(absl::StrCat("this node holds its most client sessions (",
+                                  kMaxOpenSessions, ")"));
   }
-  free_.pop_front();
-  ZeroTableLocked(index);  // whatever landed while it rested
+  std::optional<PinArea::Run> table =
+      area_.Grant(want, format::kMinPinsPerSession, now);
+  if (!table.has_value()) {
+    return exhausted(absl::StrCat(
+        "this node has no free pin table of ",
+        std::min<uint64_t>(want, format::kMinPinsPerSession), " entries"));
+  }
+  uint32_t index;
+  if (free_ids_.empty()) {
+    index = static_cast<uint32_t>(sessions_.size());
+    sessions_.emplace_back();
+  } else {
+    index = free_ids_.back();
+    free_ids_.pop_back();
+  }
+  ZeroTable(*table);  // whatever landed while it rested
   Session& s = sessions_[index];
   s.open = true;
+  s.table = *table;
   s.token = 0;
   while (s.token == 0) s.token = absl::Uniform<uint64_t>(rng_);
   s.client_id = std::string(client_id);
@@ -121,21 +142,21 @@ absl::StatusOr<SessionGrant> PinTables::Open(absl::string_view client_id,
   SessionGrant grant;
   grant.session = index;
   grant.token = s.token;
-  grant.table_offset = options_.layout.pin_table(index);
-  grant.entries = static_cast<uint32_t>(options_.layout.pins_per_session);
+  grant.table_offset = options_.layout.pin_entry(table->first);
+  grant.entries = static_cast<uint32_t>(table->length);
   grant.lease = options_.lease;
   grant.node_clock_ms =
       static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
   return grant;
 }
 
-void PinTables::ZeroTableLocked(uint32_t session) {
+void PinTables::ZeroTable(PinArea::Run table) const {
   // Word by word: a client may still be WRITEing the table through the
   // transport (it must not, but a bad client cannot tear the node's view).
-  char* table = pool_ + options_.layout.pin_table(session);
-  const uint64_t words = options_.layout.pins_per_session * kWordsPerEntry;
+  char* start = pool_ + options_.layout.pin_entry(table.first);
+  const uint64_t words = table.length * kWordsPerEntry;
   for (uint64_t w = 0; w < words; ++w) {
-    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table + 8 * w))
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(start + 8 * w))
         .store(0, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -188,14 +209,16 @@ absl::Status PinTables::Close(uint32_t session, uint64_t token,
 void PinTables::EndLocked(uint32_t session) {
   Session& s = sessions_[session];
   if (!s.open) return;
-  ZeroTableLocked(session);
-  s.freed_at = Now();
+  ZeroTable(s.table);
+  area_.Return(s.table, Now());
   AddClientStats(s.stats, &ended_);
   s.open = false;
+  s.table = {};
   s.token = 0;
   s.client_id.clear();
+  s.tenant.clear();
   s.stats.Clear();
-  free_.push_back(session);
+  free_ids_.push_back(session);
 }
 
 size_t PinTables::ExpireStale() {
@@ -212,9 +235,9 @@ size_t PinTables::ExpireStale() {
 }
 
 template <typename Fn>
-void PinTables::ForEachLivePin(uint32_t session, uint64_t now_ms, Fn fn) const {
-  const char* table = pool_ + options_.layout.pin_table(session);
-  for (uint64_t e = 0; e < options_.layout.pins_per_session; ++e) {
+void PinTables::ForEachLivePin(const Session& s, uint64_t now_ms, Fn fn) const {
+  const char* table = TableStart(s);
+  for (uint64_t e = 0; e < s.table.length; ++e) {
     const char* entry = table + e * format::kPinEntryBytes;
     const uint64_t offset =
         Load(entry + offsetof(format::PinEntry, object_offset));
@@ -237,7 +260,7 @@ std::vector<bool> PinTables::PinnedSlabs(
   absl::MutexLock lock(&mu_);
   for (uint32_t i = 0; i < sessions_.size(); ++i) {
     if (!LiveLocked(sessions_[i], now)) continue;
-    ForEachLivePin(i, now_ms, [&](uint64_t offset) {
+    ForEachLivePin(sessions_[i], now_ms, [&](uint64_t offset) {
       const uint64_t slab = l.slab_of(offset);
       if (slab < l.slab_count && (!referenced || referenced(offset))) {
         hit[slab] = true;
@@ -298,7 +321,7 @@ void PinTables::FillStats(proto::NodeStats* stats) const {
     if (!LiveLocked(s, now)) continue;  // its pins no longer count
     std::set<uint64_t> mine;
     uint64_t my_bytes = 0;
-    ForEachLivePin(i, now_ms, [&](uint64_t offset) {
+    ForEachLivePin(sessions_[i], now_ms, [&](uint64_t offset) {
       uint64_t bytes = 0;
       if (!ObjectAt(offset, &bytes)) return;
       if (mine.insert(offset).second) my_bytes += bytes;
@@ -314,9 +337,12 @@ void PinTables::FillStats(proto::NodeStats* stats) const {
 
 size_t PinTables::open_sessions() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<size_t>(
-      std::count_if(sessions_.begin(), sessions_.end(),
-                    [](const Session& s) { return s.open; }));
+  return sessions_.size() - free_ids_.size();
+}
+
+uint64_t PinTables::free_pin_entries() const {
+  absl::MutexLock lock(&mu_);
+  return area_.free_entries();
 }
 
 absl::Time PinTables::next_expiry() const {

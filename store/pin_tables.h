@@ -14,12 +14,16 @@
 // session); the node sums them into clients_total, closed and expired
 // sessions included.
 //
-// Free tables are reused least recently freed first, and never within
-// kPinTableQuarantine of being freed: a client checks its session's time
-// right before posting pin WRITEs, and a WRITE lands within its op timeout
-// (below kLeaseMargin), so a late WRITE from a client whose session just
-// ended lands before the table is reissued — and a table is zeroed again
-// when reissued, so such a WRITE never shows in another client's table.
+// A session's table is carved out of the pin area when it opens, as long as
+// the client asked (store/pin_area.h): the area is sized for
+// layout.pin_sessions tables of the default size, and holds more sessions
+// that ask for fewer pins, fewer that ask for more. A freed table's entries
+// are not granted again within kPinTableQuarantine of being freed: a client
+// checks its session's time right before posting pin WRITEs, and a WRITE
+// lands within its op timeout (below kLeaseMargin), so a late WRITE from a
+// client whose session just ended lands before its entries are reissued —
+// and a table is zeroed again when granted, so such a WRITE never shows in
+// another client's table.
 //
 // Thread-safety: PinTables is thread-safe; one mutex covers sessions and the
 // scans of their tables.
@@ -27,7 +31,6 @@
 #define MESHPOOL_STORE_PIN_TABLES_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +46,7 @@
 #include "common/env.h"
 #include "format/layout.h"
 #include "proto/meshpool.pb.h"
+#include "store/pin_area.h"
 #include "store/slab_manager.h"
 
 namespace meshpool::store {
@@ -52,6 +56,10 @@ namespace meshpool::store {
 inline constexpr absl::Duration kPinTableQuarantine = format::kLeaseMargin;
 
 inline constexpr absl::Duration kDefaultSessionLease = absl::Seconds(10);
+// Open sessions per node, at most; each also needs a table of at least
+// min(asked, kMinPinsPerSession) free entries.
+inline constexpr uint32_t kMaxOpenSessions = 65536;
+static_assert(kMaxOpenSessions >= format::kDefaultPinSessions);
 // Leases travel as uint32 milliseconds (OpenSessionReply.lease_ms).
 inline constexpr int64_t kMaxSessionLeaseMs = int64_t{24} * 3600 * 1000;
 static_assert(kMaxSessionLeaseMs <= UINT32_MAX);
@@ -71,7 +79,7 @@ struct SessionGrant {
   uint32_t session = 0;       // index of its pin table
   uint64_t token = 0;         // nonzero, random
   uint64_t table_offset = 0;  // pool offset of the table
-  uint32_t entries = 0;
+  uint32_t entries = 0;       // entries in it
   absl::Duration lease;
   uint64_t node_clock_ms = 0;  // the node's clock when opened (unix ms)
 };
@@ -85,14 +93,20 @@ class PinTables {
   static absl::StatusOr<std::unique_ptr<PinTables>> Create(
       PinTablesOptions options, char* pool);
 
-  // Opens a session for `client_id` on the least recently freed table,
-  // charged to `tenant` (a key the caller's identity gives, see
-  // store/node_service.h; "" for callers the node cannot tell apart).
-  // Errors: InvalidArgument (empty client_id), ResourceExhausted (every
-  // table is taken, the message says by how many clients; or `tenant`
-  // holds max_sessions_per_tenant sessions already, the message says so).
+  // Opens a session for `client_id`, charged to `tenant` (a key the
+  // caller's identity gives, see store/node_service.h; "" for callers the
+  // node cannot tell apart), with a table of `pins` entries (0: the
+  // layout's pins_per_session; more than kMaxPinsPerSession: that many).
+  // When no free run is that long, the table is the longest power of two,
+  // halving from `pins` down to kMinPinsPerSession, that one holds: the
+  // grant says how many it got. Errors: InvalidArgument (empty client_id),
+  // ResourceExhausted (not even min(pins, kMinPinsPerSession) entries are
+  // free in one run, or kMaxOpenSessions are open: the message says how
+  // many sessions hold how much; or `tenant` holds max_sessions_per_tenant
+  // sessions already, the message says so).
   absl::StatusOr<SessionGrant> Open(absl::string_view client_id,
-                                    absl::string_view tenant = "");
+                                    absl::string_view tenant = "",
+                                    uint32_t pins = 0);
 
   // Extends the lease by a full lease from now and replaces the session's
   // reported counters. Returns the node clock (unix ms). NotFound when the
@@ -126,6 +140,9 @@ class PinTables {
   void FillStats(proto::NodeStats* stats) const;
 
   size_t open_sessions() const;
+  // Entries of the pin area in no table and not resting after a close (as
+  // of the last Open, which frees those that rested long enough).
+  uint64_t free_pin_entries() const;
   // Earliest lease end of an open session (InfiniteFuture: none open).
   absl::Time next_expiry() const;
   absl::Duration lease() const { return options_.lease; }
@@ -135,14 +152,17 @@ class PinTables {
   struct Session {
     bool open = false;
     uint64_t token = 0;
+    PinArea::Run table;  // valid while open
     std::string client_id;
     std::string tenant;
     absl::Time lease_end;
-    absl::Time freed_at = absl::InfinitePast();
     proto::KvClientStats stats;
   };
-  // Zeroes a session's table word by word (a client may still be writing).
-  void ZeroTableLocked(uint32_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zeroes a table word by word (a client may still be writing).
+  void ZeroTable(PinArea::Run table) const;
+  char* TableStart(const Session& s) const {
+    return pool_ + options_.layout.pin_entry(s.table.first);
+  }
   // A live entry's object: its pool offset and size.
   struct PinnedObject {
     uint64_t offset;
@@ -159,9 +179,9 @@ class PinTables {
   void EndLocked(uint32_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LiveLocked(const Session& s, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls fn(object_offset) for every live entry of table `session`.
+  // Calls fn(object_offset) for every live entry of `s`'s table.
   template <typename Fn>
-  void ForEachLivePin(uint32_t session, uint64_t now_ms, Fn fn) const;
+  void ForEachLivePin(const Session& s, uint64_t now_ms, Fn fn) const;
   // The size of the object at `offset` if a verified header is there.
   bool ObjectAt(uint64_t offset, uint64_t* bytes) const;
 
@@ -169,9 +189,10 @@ class PinTables {
   char* const pool_;
 
   mutable absl::Mutex mu_;
+  // Indexed by session id; grows as sessions open, up to kMaxOpenSessions.
   std::vector<Session> sessions_ ABSL_GUARDED_BY(mu_);
-  std::deque<uint32_t> free_
-      ABSL_GUARDED_BY(mu_);  // least recently freed first
+  std::vector<uint32_t> free_ids_ ABSL_GUARDED_BY(mu_);  // closed slots
+  PinArea area_ ABSL_GUARDED_BY(mu_);
   proto::KvClientStats ended_ ABSL_GUARDED_BY(mu_);  // closed and expired
   absl::BitGen rng_ ABSL_GUARDED_BY(mu_);
 };

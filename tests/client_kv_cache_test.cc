@@ -419,6 +419,36 @@ TEST_F(KvCacheSimTest, PinnedBlocksSurviveEvictionPressure) {
   EXPECT_EQ(Unpin(*c, Views(hard))[0].code(), absl::StatusCode::kNotFound);
 }
 
+// A client's pin table on a node is as large as it asked
+// (ClientOptions.pins_per_node), else the node's default: past it, a pin
+// fails ResourceExhausted for that key and the earlier ones hold.
+TEST_F(KvCacheSimTest, PinsPerNodeSizesTheClientsPinTable) {
+  StartNodes(1);  // 16 MiB: default tables of 64 entries
+  ClientOptions options = testing::SimCluster::DefaultClientOptions();
+  options.pins_per_node = 128;
+  absl::StatusOr<std::unique_ptr<Client>> wide =
+      cluster_->Connect("wide", options);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  auto plain = Connect("plain");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 129; ++i) keys.push_back(absl::StrCat("block-", i));
+  PutAll(**wide, keys, 1024);
+  std::vector<absl::Status> pinned = Pin(**wide, Views(keys), kHardPin);
+  for (int i = 0; i < 128; ++i) ASSERT_TRUE(pinned[i].ok()) << i << pinned[i];
+  EXPECT_EQ(pinned[128].code(), absl::StatusCode::kResourceExhausted)
+      << pinned[128];
+  pinned = Pin(*plain, Views(keys), kHardPin);
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(pinned[i].ok()) << i << pinned[i];
+  for (int i = 64; i < 129; ++i) {
+    EXPECT_EQ(pinned[i].code(), absl::StatusCode::kResourceExhausted)
+        << i << pinned[i];
+  }
+  EXPECT_EQ(nodes_[0]->Stats().pinned_objects(), 128u);
+  options.pins_per_node = 16385;
+  EXPECT_EQ(cluster_->Connect("too many", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(KvCacheSimTest, PinsLapseWhenTheirClientStopsRenewing) {
   StartNodes(1);
   auto dead = Connect("dead-engine");

@@ -176,7 +176,7 @@ void ExpectAreasAlignedAndDisjoint(const format::PoolLayout& l) {
   }
   EXPECT_LE(areas[std::size(areas) - 1].end, l.pool_bytes);
   EXPECT_EQ(l.slab_meta(l.slab_count), areas[2].end);
-  EXPECT_EQ(l.pin_table(l.pin_sessions), areas[3].end);
+  EXPECT_EQ(l.pin_entry(l.pin_area_entries()), areas[3].end);
 }
 
 TEST(FormatLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
@@ -187,7 +187,13 @@ TEST(FormatLayout, V2AreasAreAlignedAndDisjointForManyPoolSizes) {
     absl::StatusOr<format::PoolLayout> layout = format::ComputeLayout(pool);
     ASSERT_TRUE(layout.ok()) << layout.status();
     ExpectAreasAlignedAndDisjoint(*layout);
-    EXPECT_EQ(layout->pin_sessions, format::kDefaultPinSessions);
+    // The default sessions, or fewer when their tables would take over
+    // 1/64 of the pool.
+    EXPECT_LE(layout->pin_sessions, format::kDefaultPinSessions);
+    EXPECT_EQ(std::popcount(layout->pin_sessions), 1);
+    if (layout->pin_sessions < format::kDefaultPinSessions) {
+      EXPECT_LE(layout->pin_area_entries() * format::kPinEntryBytes, pool / 64);
+    }
     EXPECT_GE(layout->pins_per_session, format::kMinPinsPerSession);
     EXPECT_LE(layout->pins_per_session, format::kMaxPinsPerSession);
     EXPECT_EQ(std::popcount(layout->pins_per_session), 1);
@@ -206,13 +212,22 @@ TEST(FormatLayout, PinAreaDefaultsFollowThePoolSizeWithinBounds) {
   absl::StatusOr<format::PoolLayout> small = format::ComputeLayout(8 << 20);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->pins_per_session, format::kMinPinsPerSession);
+  // 8 MiB / 64 / (16 B x 64 pins): 128 tables, not 4,096.
+  EXPECT_EQ(small->pin_sessions, 128u);
   absl::StatusOr<format::PoolLayout> gib = format::ComputeLayout(uint64_t{1} << 30);
   ASSERT_TRUE(gib.ok()) << gib.status();
-  // 1 GiB / 64 / (16 B x 256 sessions) = 4096 entries each.
-  EXPECT_EQ(gib->pins_per_session, 4096u);
+  // 1 GiB / 64 / (16 B x 4,096 sessions) = 256 entries each.
+  EXPECT_EQ(gib->pin_sessions, format::kDefaultPinSessions);
+  EXPECT_EQ(gib->pins_per_session, 256u);
   absl::StatusOr<format::PoolLayout> huge = format::ComputeLayout(uint64_t{1} << 40);
   ASSERT_TRUE(huge.ok()) << huge.status();
   EXPECT_EQ(huge->pins_per_session, format::kMaxPinsPerSession);
+  EXPECT_EQ(huge->pin_sessions, format::kDefaultPinSessions);
+  // Explicit table sizes with default sessions: as many as 1/64 holds.
+  absl::StatusOr<format::PoolLayout> wide =
+      format::ComputeLayout(uint64_t{1} << 30, 0, 0, 0, 16384);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->pin_sessions, 64u);
   absl::StatusOr<format::PoolLayout> chosen = format::ComputeLayout(8 << 20, 0, 0, 3, 100);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(chosen->pin_sessions, 3u);

@@ -2,7 +2,8 @@
 # node end to end.
 meshpool_test(store_test
   SOURCES store_pool_test.cc store_slab_test.cc
-          store_session_test.cc store_evict_test.cc
+          store_session_test.cc store_pin_area_test.cc
+          store_evict_test.cc
   LIBS meshpool_store)
 meshpool_test(store_node_test
   SOURCES store_node_test.cc store_digest_test.cc store_node_kv_test.cc

@@ -1,5 +1,6 @@
 // store/pin_tables: client sessions, their pin tables, and what the node
 // reads from them, on a pool in ordinary memory with a fake clock.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -7,9 +8,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "store/pin_tables.h"
+#include "store/pool.h"
 #include "tests/fake_env.h"
 
 namespace meshpool::store {
@@ -91,7 +94,9 @@ TEST_F(SessionTest, OpenAnswersItsTableTokenLeaseAndClock) {
   SessionGrant s = Open("client-a");
   EXPECT_LT(s.session, kSessions);
   EXPECT_NE(s.token, 0u);
-  EXPECT_EQ(s.table_offset, layout_.pin_table(s.session));
+  EXPECT_GE(s.table_offset, layout_.pin_area_offset);
+  EXPECT_LE(s.table_offset + s.entries * format::kPinEntryBytes,
+            layout_.pin_entry(layout_.pin_area_entries()));
   EXPECT_EQ(s.entries, kPins);
   EXPECT_EQ(s.lease, kLease);
   EXPECT_EQ(s.node_clock_ms, NowMs());
@@ -141,22 +146,33 @@ TEST_F(SessionTest, WrongTokenOrUnknownSessionIsNotFound) {
   EXPECT_TRUE(pins_->Renew(s.session, s.token, Stats(0, 0)).ok());
 }
 
-TEST_F(SessionTest,
-       AllTablesTakenIsResourceExhaustedAndFreedTablesReturnLruFirst) {
+TEST_F(SessionTest, AFullPinAreaIsResourceExhaustedAndFreedTablesRestFirst) {
   std::vector<SessionGrant> open;
   for (uint32_t i = 0; i < kSessions; ++i) open.push_back(Open("c"));
   absl::Status full = pins_->Open("one too many").status();
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(full.message().find("pin tables"), std::string::npos);
+  EXPECT_TRUE(absl::StrContains(full.message(), "no free pin table of 16"))
+      << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), "3 open sessions hold 48"))
+      << full;
   ASSERT_TRUE(pins_->Close(open[2].session, open[2].token, {}).ok());
   ASSERT_TRUE(pins_->Close(open[0].session, open[0].token, {}).ok());
   // Freed tables rest first (a dead client's late WRITE lands meanwhile).
-  EXPECT_EQ(pins_->Open("too soon").status().code(),
+  absl::Status soon = pins_->Open("too soon").status();
+  EXPECT_EQ(soon.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(soon.message(), "32 rest for")) << soon;
+  env_.Advance(kPinTableQuarantine - absl::Milliseconds(1));
+  EXPECT_EQ(pins_->Open("still too soon").status().code(),
             absl::StatusCode::kResourceExhausted);
-  env_.Advance(kPinTableQuarantine);
-  // The table freed first comes back first.
-  EXPECT_EQ(Open("d").session, open[2].session);
-  EXPECT_EQ(Open("e").session, open[0].session);
+  env_.Advance(absl::Milliseconds(1));
+  const SessionGrant d = Open("d");
+  const SessionGrant e = Open("e");
+  // The freed entries come back, each to one table.
+  std::vector<uint64_t> offsets = {d.table_offset, e.table_offset};
+  std::sort(offsets.begin(), offsets.end());
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{open[0].table_offset,
+                                            open[2].table_offset}));
+  EXPECT_EQ(pins_->open_sessions(), 3u);
 }
 
 TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
@@ -165,12 +181,15 @@ TEST_F(SessionTest, AReissuedTableIsZeroedAgain) {
   // A late WRITE from the closed session, while the table rests.
   WritePin(s, 1, layout_.slab_offset(1), format::kPinForever);
   env_.Advance(kPinTableQuarantine);
+  bool reissued = false;
   for (uint32_t i = 0; i < kSessions; ++i) {
     SessionGrant again = Open("next");
-    if (again.session == s.session) {
+    if (again.table_offset == s.table_offset) {
+      reissued = true;
       EXPECT_TRUE(TableIsZero(again));
     }
   }
+  EXPECT_TRUE(reissued);
 }
 
 TEST_F(SessionTest, CloseZeroesTheTable) {
@@ -310,8 +329,9 @@ TEST_F(SessionTest, ATenantAtItsSessionCapLeavesTheOtherTablesToOthers) {
   ASSERT_TRUE(a1.ok()) << a1.status();
   absl::StatusOr<SessionGrant> a2 = (*pins)->Open("a-2", "team-a");
   EXPECT_EQ(a2.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(a2.status().message(),
-                                "'team-a' hold 1 of this node's 3"))
+  EXPECT_TRUE(
+      absl::StrContains(a2.status().message(),
+                        "'team-a' hold 1 of this node's 1 client sessions"))
       << a2.status();
   absl::StatusOr<SessionGrant> b1 = (*pins)->Open("b-1", "team-b");
   ASSERT_TRUE(b1.ok()) << b1.status();
@@ -344,6 +364,111 @@ TEST(PinTablesCreate, RejectsLayoutsWithoutPinAreaAndBadLeases) {
   options.lease = absl::Seconds(1);
   EXPECT_EQ(PinTables::Create(options, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+std::unique_ptr<PinTables> MakeTables(const format::PoolLayout& layout,
+                                      char* pool, Env* env) {
+  PinTablesOptions options;
+  options.layout = layout;
+  options.incarnation = kIncarnation;
+  options.lease = kLease;
+  options.env = env;
+  absl::StatusOr<std::unique_ptr<PinTables>> pins =
+      PinTables::Create(options, pool);
+  EXPECT_TRUE(pins.ok()) << pins.status();
+  return pins.ok() ? *std::move(pins) : nullptr;
+}
+
+// Sessions ask for the table size they need; the area gives what it has,
+// halving, and refuses only when not even the floor is free.
+TEST(PinTablesSizes, SessionsGetTheTableTheyAskForOrLessWhenShort) {
+  testing::FakeEnv env{absl::FromUnixSeconds(1'700'000'000)};
+  // Room for 4 default tables of 256 entries: 1,024 entries.
+  absl::StatusOr<format::PoolLayout> layout =
+      format::ComputeLayout(8 << 20, 0, 0, 4, 256);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // Mapped, not touched: the tables touch only the pin area.
+  absl::StatusOr<Pool> pool = Pool::Create(layout->pool_bytes, false);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::unique_ptr<PinTables> pins = MakeTables(*layout, pool->data(), &env);
+  ASSERT_NE(pins, nullptr);
+  absl::StatusOr<SessionGrant> big = pins->Open("big", "", 512);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->entries, 512u);
+  absl::StatusOr<SessionGrant> plain = pins->Open("default");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->entries, 256u);  // the layout's pins_per_session
+  // 256 left: asking 40,000 (clamped to 16,384) halves down to 256.
+  absl::StatusOr<SessionGrant> greedy = pins->Open("greedy", "", 40000);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_EQ(greedy->entries, 256u);
+  absl::Status none = pins->Open("late", "", 64).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(none.message(), "no free pin table of 64"))
+      << none;
+  // The tables are disjoint and inside the pin area.
+  std::vector<std::pair<uint64_t, uint64_t>> tables;
+  for (const SessionGrant& g : {*big, *plain, *greedy}) {
+    tables.push_back(
+        {g.table_offset, g.table_offset + g.entries * format::kPinEntryBytes});
+  }
+  std::sort(tables.begin(), tables.end());
+  EXPECT_GE(tables.front().first, layout->pin_area_offset);
+  EXPECT_LE(tables.back().second,
+            layout->pin_entry(layout->pin_area_entries()));
+  for (size_t i = 1; i < tables.size(); ++i) {
+    EXPECT_LE(tables[i - 1].second, tables[i].first);
+  }
+}
+
+// A 1 GiB node's default layout opens 4,096 sessions of 256 pins; the
+// 4,097th is refused; the evictor's scan sees a pin in the last table; the
+// entries of closed neighbours merge into tables twice as large.
+TEST(PinTablesSizes, FourThousandSessionsOpenOnAGibNodeAndTheScanSeesThemAll) {
+  testing::FakeEnv env{absl::FromUnixSeconds(1'700'000'000)};
+  absl::StatusOr<format::PoolLayout> layout =
+      format::ComputeLayout(uint64_t{1} << 30);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->pin_sessions, 4096u);
+  ASSERT_EQ(layout->pins_per_session, 256u);
+  // Mapped, not touched: the tables touch only the pin area.
+  absl::StatusOr<Pool> pool = Pool::Create(layout->pool_bytes, false);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::unique_ptr<PinTables> pins = MakeTables(*layout, pool->data(), &env);
+  ASSERT_NE(pins, nullptr);
+  std::vector<SessionGrant> open;
+  for (int i = 0; i < 4096; ++i) {
+    absl::StatusOr<SessionGrant> s = pins->Open(absl::StrCat("engine-", i));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    ASSERT_EQ(s->entries, 256u);
+    open.push_back(*s);
+  }
+  EXPECT_EQ(pins->open_sessions(), 4096u);
+  EXPECT_EQ(pins->Open("one more").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // A hard pin in the last table's last entry protects slab 7.
+  const SessionGrant& last = open.back();
+  format::PinEntry pin{layout->slab_offset(7), format::kPinForever};
+  std::memcpy(pool->data() + last.table_offset + 255 * format::kPinEntryBytes,
+              &pin, sizeof(pin));
+  std::vector<bool> pinned = pins->PinnedSlabs({6, 7});
+  EXPECT_EQ(pinned, (std::vector<bool>{false, true}));
+  // Close the lower half; once it rested, its entries hold 1,024 tables of
+  // 512 (it is one run of 524,288 entries).
+  std::sort(open.begin(), open.end(), [](const auto& a, const auto& b) {
+    return a.table_offset < b.table_offset;
+  });
+  for (int i = 0; i < 2048; ++i) {
+    ASSERT_TRUE(pins->Close(open[i].session, open[i].token, {}).ok());
+  }
+  env.Advance(kPinTableQuarantine);
+  for (int i = 0; i < 1024; ++i) {
+    absl::StatusOr<SessionGrant> s = pins->Open("wide", "", 512);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    ASSERT_EQ(s->entries, 512u) << i;
+  }
+  EXPECT_EQ(pins->open_sessions(), 2048u + 1024u);
+  EXPECT_EQ(pins->free_pin_entries(), 0u);
 }
 
 }  // namespace

@@ -75,6 +75,12 @@ struct ClientOptions {
   // Threads that run batches: the async calls' work, and the per-node
   // parts of a synchronous batch spanning several nodes (1..64).
   int batch_threads = 4;
+  // Pins (kv_cache.h) this client may hold at once on each node: the size
+  // of its pin table there, 0..16384; 0: the node's default (1 GiB / 64 /
+  // 64 KiB = 256 on a 1 GiB node, up to 16384 on 64 GiB). A node short of
+  // free entries grants fewer (a power of two, at least 64); a node with
+  // none left refuses the session, and pins on it fail ResourceExhausted.
+  uint32_t pins_per_node = 0;
   // TLS for the control plane (the coordinator's and the nodes' gRPC
   // services): PEM files of the cluster's CA and of this client's
   // certificate and key; `meshpool certs init DIR` writes DIR/ca.pem,

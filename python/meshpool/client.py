@@ -28,7 +28,9 @@ class Client(_meshpool._Client):
     ``MESHPOOL_COORDINATOR`` environment variable is used (as the CLI does;
     ``meshpool up`` prints it). Options (keywords): ``op_timeout`` and
     ``connect_timeout`` in seconds, ``batch_threads``, ``max_verify_retries``,
-    ``rdma_devices`` (list of device names), ``gid_index``.
+    ``rdma_devices`` (list of device names), ``gid_index``,
+    ``pins_per_node`` (the pins this client may hold at once on each node;
+    0, the default, takes the node's default table size).
 
     Values move with one-sided RDMA (or TCP / shared memory) straight
     between your buffers and the nodes' memory; the GIL is released while a

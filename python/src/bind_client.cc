@@ -305,7 +305,8 @@ void BindClient(py::module_& m) {
       .def(py::init([](const std::string& coordinator, double op_timeout,
                        double connect_timeout, int batch_threads,
                        int max_verify_retries,
-                       std::vector<std::string> rdma_devices, int gid_index) {
+                       std::vector<std::string> rdma_devices, int gid_index,
+                       uint32_t pins_per_node) {
              ClientOptions o;
              o.coordinator = coordinator;
              o.op_timeout = Seconds(op_timeout, "op_timeout");
@@ -314,13 +315,14 @@ void BindClient(py::module_& m) {
              o.max_verify_retries = max_verify_retries;
              o.rdma.devices = std::move(rdma_devices);
              o.rdma.gid_index = gid_index;
+             o.pins_per_node = pins_per_node;
              return PyClient::Connect(std::move(o));
            }),
            py::arg("coordinator"), py::kw_only(), py::arg("op_timeout") = 5.0,
            py::arg("connect_timeout") = 3.0, py::arg("batch_threads") = 4,
            py::arg("max_verify_retries") = 16,
            py::arg("rdma_devices") = std::vector<std::string>{},
-           py::arg("gid_index") = -1)
+           py::arg("gid_index") = -1, py::arg("pins_per_node") = 0)
       .def("close", &PyClient::Close,
            "Waits for asynchronous batches, unregisters every buffer and "
            "disconnects. Idempotent; later calls raise FailedPrecondition.")
