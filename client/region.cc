@@ -31,6 +31,9 @@ namespace {
 // larger stripe pieces).
 constexpr uint64_t kVerifyBytesPerCall = uint64_t{64} << 20;
 static_assert(kVerifyBytesPerCall <= format::kMaxDigestBytes);
+// Ranges per DigestRanges call at most (many small known pieces: about
+// 12 bytes each in the request, well inside gRPC's 4 MiB).
+constexpr size_t kVerifyRangesPerCall = 65536;
 
 // Which node process holds an extent's slabs, and the id it holds them
 // under (what the first slab's SlabMeta.region word says while they are).
@@ -98,7 +101,12 @@ class RegionImpl : public Region {
                     const_cast<char*>(data.data()), data.size());
   }
 
-  absl::Status Verify(uint64_t offset, absl::Span<const char> data) override;
+  absl::Status Verify(uint64_t offset, absl::Span<const char> data) override {
+    return VerifyKnown(offset, data, {});
+  }
+  // See VerifyWithDigests (region.h).
+  absl::Status VerifyKnown(uint64_t offset, absl::Span<const char> data,
+                           absl::Span<const KnownDigest> known);
 
   absl::StatusOr<uint64_t> CompareAndSwap(uint64_t offset, uint64_t expected,
                                           uint64_t desired) override {
@@ -366,10 +374,24 @@ struct VerifyPiece {
   uint64_t pool_offset;
   uint64_t length;
   uint64_t stripe;
+  std::optional<uint64_t> digest;  // known already; else hashed here
 };
 
-absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
+absl::Status RegionImpl::VerifyKnown(uint64_t offset,
+                                     absl::Span<const char> data,
+                                     absl::Span<const KnownDigest> known) {
   MESHPOOL_RETURN_IF_ERROR(CheckRange(offset, data.size()));
+  for (size_t i = 0; i < known.size(); ++i) {
+    const uint64_t from =
+        i == 0 ? 0 : known[i - 1].offset + known[i - 1].length;
+    if (known[i].offset < from || known[i].offset > data.size() ||
+        known[i].length > data.size() - known[i].offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("known digest ", i, " (bytes ", known[i].offset, " + ",
+                       known[i].length, ") is out of order or outside the ",
+                       data.size(), " bytes verified"));
+    }
+  }
   if (data.empty()) return absl::OkStatus();
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
                             Resolve());
@@ -377,25 +399,50 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
   std::vector<
       std::pair<std::shared_ptr<NodeConnection>, std::vector<VerifyPiece>>>
       by_node;
-  MESHPOOL_RETURN_IF_ERROR(ForEachLiveCopy(
-      *liveness, offset, data.size(), /*all_copies=*/true,
-      [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
-          uint64_t stripe) {
-        const std::shared_ptr<NodeConnection>& node = liveness->live[extent];
-        auto it = std::find_if(by_node.begin(), by_node.end(),
-                               [&](const auto& e) { return e.first == node; });
-        if (it == by_node.end()) {
-          by_node.push_back({node, {}});
-          it = by_node.end() - 1;
-        }
-        // Pieces of at most kVerifyBytesPerCall: a stripe may be larger
-        // than a node digests per call (slabs have no upper size limit).
-        for (uint64_t done = 0; done < n; done += kVerifyBytesPerCall) {
-          it->second.push_back({data.data() + at + done, pool_offset + done,
-                                std::min(kVerifyBytesPerCall, n - done),
-                                stripe});
-        }
-      }));
+  // The pieces of [from, from + length) of `data` on every live copy;
+  // `digest` is the whole span's, when known.
+  auto add_span = [&](uint64_t from, uint64_t length,
+                      std::optional<uint64_t> digest) {
+    return ForEachLiveCopy(
+        *liveness, offset + from, length, /*all_copies=*/true,
+        [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
+            uint64_t stripe) {
+          const std::shared_ptr<NodeConnection>& node = liveness->live[extent];
+          auto it =
+              std::find_if(by_node.begin(), by_node.end(),
+                           [&](const auto& e) { return e.first == node; });
+          if (it == by_node.end()) {
+            by_node.push_back({node, {}});
+            it = by_node.end() - 1;
+          }
+          if (digest.has_value() && n == length && n <= kVerifyBytesPerCall) {
+            it->second.push_back(
+                {data.data() + from, pool_offset, n, stripe, digest});
+            return;
+          }
+          // Pieces of at most kVerifyBytesPerCall: a stripe may be larger
+          // than a node digests per call (slabs have no upper size limit).
+          for (uint64_t done = 0; done < n; done += kVerifyBytesPerCall) {
+            it->second.push_back({data.data() + from + at + done,
+                                  pool_offset + done,
+                                  std::min(kVerifyBytesPerCall, n - done),
+                                  stripe, std::nullopt});
+          }
+        });
+  };
+  uint64_t pos = 0;
+  for (const KnownDigest& k : known) {
+    if (k.offset > pos) {
+      MESHPOOL_RETURN_IF_ERROR(add_span(pos, k.offset - pos, std::nullopt));
+    }
+    if (k.length > 0) {
+      MESHPOOL_RETURN_IF_ERROR(add_span(k.offset, k.length, k.digest));
+    }
+    pos = k.offset + k.length;
+  }
+  if (pos < data.size()) {
+    MESHPOOL_RETURN_IF_ERROR(add_span(pos, data.size() - pos, std::nullopt));
+  }
   // Nodes hash in parallel; each call stays under the node's limit.
   std::vector<absl::Status> results(by_node.size());
   auto check_node = [&](size_t i) {
@@ -405,7 +452,7 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
       std::vector<NodeConnection::PoolRange> ranges;
       uint64_t bytes = 0;
       size_t last = first;
-      while (last < pieces.size() &&
+      while (last < pieces.size() && ranges.size() < kVerifyRangesPerCall &&
              (ranges.empty() ||
               bytes + pieces[last].length <= kVerifyBytesPerCall)) {
         ranges.push_back({pieces[last].pool_offset, pieces[last].length});
@@ -419,9 +466,11 @@ absl::Status RegionImpl::Verify(uint64_t offset, absl::Span<const char> data) {
       }
       for (size_t p = first; p < last; ++p) {
         const VerifyPiece& piece = pieces[p];
-        if (format::DigestBytes(absl::MakeConstSpan(
-                static_cast<const char*>(piece.local), piece.length)) !=
-            (*digests)[p - first]) {
+        const uint64_t expected = piece.digest.has_value()
+                                      ? *piece.digest
+                                      : format::DigestBytes(absl::MakeConstSpan(
+                                            piece.local, piece.length));
+        if (expected != (*digests)[p - first]) {
           results[i] = absl::DataLossError(absl::StrCat(
               "region '", name_, "': stripe ", piece.stripe, " on ",
               node.Describe(), " does not hold the bytes written at offset ",
@@ -604,6 +653,17 @@ RegionDescription Describe(const proto::RegionInfo& info) {
   d.health.repair_bytes_done = h.repair_bytes_done();
   d.health.repair_error = h.repair_error();
   return d;
+}
+
+absl::Status VerifyWithDigests(Region& region, uint64_t offset,
+                               absl::Span<const char> data,
+                               absl::Span<const KnownDigest> known) {
+  auto* impl = dynamic_cast<RegionImpl*>(&region);
+  if (impl == nullptr) {
+    return absl::InternalError(
+        "VerifyWithDigests needs a region this library made");
+  }
+  return impl->VerifyKnown(offset, data, known);
 }
 
 }  // namespace meshpool::client_internal

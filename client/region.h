@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "client/client_core.h"
 #include "client/meshpool/client.h"
 #include "client/meshpool/region.h"
@@ -49,6 +50,25 @@ absl::StatusOr<std::unique_ptr<Region>> MakeRegion(
 
 // What ListRegions reports for one region.
 RegionDescription Describe(const proto::RegionInfo& info);
+
+// A piece of bytes whose XXH3-64 (format::DigestBytes) the caller knows.
+struct KnownDigest {
+  uint64_t offset = 0;  // from the start of the verified bytes
+  uint64_t length = 0;
+  uint64_t digest = 0;
+};
+
+// Region::Verify, taking the digests of the `known` pieces of `data` as
+// given: a piece that lies whole in one stripe is compared with the nodes'
+// digest of it as it is, so this client does not hash it again (the
+// weights loader hashes every 1 MiB chunk for its manifest anyway). A
+// piece across a stripe boundary, and bytes outside every piece, are
+// hashed here as Verify does. Errors as Region::Verify; InvalidArgument
+// when `known` is not sorted, disjoint and inside `data`.
+// REQUIRES: `region` came from CreateRegion, OpenRegion or MakeRegion.
+absl::Status VerifyWithDigests(Region& region, uint64_t offset,
+                               absl::Span<const char> data,
+                               absl::Span<const KnownDigest> known);
 
 }  // namespace meshpool::client_internal
 

@@ -5,9 +5,11 @@
 // layout and manifest are fixed, and only then is a staging region created.
 // The copy is cut into work items of whole digest chunks (a tensor, several
 // small ones, or a kLoadItemBytes piece of a big one), so workers never
-// share a chunk digest; each worker reads its items from the file in
-// kLoadIoBytes pieces into a registered buffer, writes them to the region
-// and has the nodes digest what landed on every copy (Region::Verify).
+// share a chunk digest; each worker reads its items from the file in pieces
+// of at most kLoadIoBytes that end on chunk boundaries, into a registered
+// buffer, writes them to the region, hashes each chunk once for the
+// manifest, and has the nodes digest what landed on every copy, compared
+// with those same chunk digests (VerifyWithDigests in client/region.h).
 // The superblock is written last and the region renamed to the model's
 // name: until then no reader can find the model.
 #include <fcntl.h>
@@ -26,9 +28,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "client/region.h"
 #include "client/safetensors.h"
 #include "client/weights_manifest.h"
 #include "common/common.h"
+#include "format/layout.h"
 #include "meshpool/region.h"
 #include "meshpool/weights.h"
 #include "xxhash.h"
@@ -293,21 +297,33 @@ class Copier {
     const SafetensorsFile& f = plan_.files[item.file];
     MESHPOOL_ASSIGN_OR_RETURN(FileDescriptor fd, FileDescriptor::Open(f.path));
     ChunkDigester digester(f, plan_, item);
+    std::vector<client_internal::KnownDigest> chunks;
     for (uint64_t at = item.begin; at < item.end && !stop_.load();) {
-      uint64_t n = std::min<uint64_t>(kLoadIoBytes, item.end - at);
+      // Each piece ends on a chunk boundary, so every chunk's bytes are in
+      // one piece: hashed once, for the manifest and for Verify alike.
+      const uint64_t end = digester.ChunkBoundaryAtOrBefore(
+          std::min(item.end, at + kLoadIoBytes));
+      if (end <= at) {
+        return absl::InternalError(absl::StrCat(
+            f.path, ": no chunk boundary within ", kLoadIoBytes,
+            " bytes of byte ", at, " (chunks are ", kWeightChunkBytes, ")"));
+      }
+      const uint64_t n = end - at;
       auto src = buffer.subspan(0, n);
       MESHPOOL_RETURN_IF_ERROR(fd.ReadAt(f.data_offset + at, src, f.path));
       const uint64_t region_at = plan_.file_base[item.file] + at;
       MESHPOOL_RETURN_IF_ERROR(region_.Write(region_at, src));
-      // Every copy's nodes hash what landed and the region compares:
-      // nothing is read back over the network.
-      absl::Status verified = region_.Verify(region_at, src);
+      chunks.clear();
+      digester.Feed(src, &chunks);
+      // Every copy's nodes hash what landed and the region compares with
+      // the chunk digests: nothing is read back over the network.
+      absl::Status verified =
+          client_internal::VerifyWithDigests(region_, region_at, src, chunks);
       if (!verified.ok()) {
         return absl::Status(verified.code(),
                             absl::StrCat(f.path, ": bytes ", at, "..", at + n,
                                          ": ", verified.message()));
       }
-      digester.Feed(src.data(), n);
       at += n;
       bytes_done_ += n;
       file_bytes_done_[item.file] += n;
@@ -316,8 +332,9 @@ class Copier {
     return absl::OkStatus();
   }
 
-  // Walks the bytes of one work item in order and records each tensor's
-  // chunk digests in the manifest (workers own disjoint chunks).
+  // Walks the bytes of one work item in order, chunk by chunk (a tensor's
+  // kWeightChunkBytes pieces from its start), and records each chunk's
+  // digest in the manifest (workers own disjoint chunks).
   class ChunkDigester {
    public:
     ChunkDigester(const SafetensorsFile& f, Plan& plan, const WorkItem& item)
@@ -325,42 +342,58 @@ class Copier {
           plan_(plan),
           file_(item.file),
           tensor_(item.first_tensor),
-          pos_(item.begin),
-          state_(XXH3_createState()) {
-      XXH3_64bits_reset(state_.get());
+          pos_(item.begin) {}
+
+    // The last chunk boundary in (pos, limit], or pos when there is none.
+    uint64_t ChunkBoundaryAtOrBefore(uint64_t limit) const {
+      uint64_t best = pos_;
+      for (size_t t = tensor_; t < f_.tensors.size(); ++t) {
+        const auto& tensor = f_.tensors[t];
+        if (tensor.end <= best) continue;  // empty, or before
+        if (tensor.end <= limit) {
+          best = tensor.end;
+          continue;
+        }
+        if (limit > tensor.begin) {
+          const uint64_t whole =
+              (limit - tensor.begin) / kWeightChunkBytes * kWeightChunkBytes;
+          best = std::max(best, tensor.begin + whole);
+        }
+        break;
+      }
+      return best;
     }
-    void Feed(const char* p, uint64_t n) {
-      while (n > 0) {
+
+    // Hashes the whole chunks of `bytes`, which start at the digester's
+    // position and end on a chunk boundary, records them in the manifest
+    // and appends them to `out` (offsets from bytes' start).
+    void Feed(absl::Span<const char> bytes,
+              std::vector<client_internal::KnownDigest>* out) {
+      const uint64_t start = pos_;
+      const uint64_t end = pos_ + bytes.size();
+      while (pos_ < end) {
         while (f_.tensors[tensor_].end <= pos_) ++tensor_;  // skips empties
         const auto& t = f_.tensors[tensor_];
-        uint64_t chunk = (pos_ - t.begin) / kWeightChunkBytes;
-        uint64_t chunk_end =
+        const uint64_t chunk = (pos_ - t.begin) / kWeightChunkBytes;
+        const uint64_t chunk_end =
             std::min(t.end, t.begin + (chunk + 1) * kWeightChunkBytes);
-        uint64_t take = std::min(n, chunk_end - pos_);
-        XXH3_64bits_update(state_.get(), p, take);
-        p += take;
-        n -= take;
-        pos_ += take;
-        if (pos_ == chunk_end) {
-          proto::WeightTensor* e = plan_.manifest.mutable_tensors(
-              static_cast<int>(plan_.first_manifest[file_] + tensor_));
-          e->set_chunk_digests(static_cast<int>(chunk),
-                               XXH3_64bits_digest(state_.get()));
-          XXH3_64bits_reset(state_.get());
-        }
+        const uint64_t length = chunk_end - pos_;
+        const uint64_t digest =
+            format::DigestBytes(bytes.subspan(pos_ - start, length));
+        proto::WeightTensor* e = plan_.manifest.mutable_tensors(
+            static_cast<int>(plan_.first_manifest[file_] + tensor_));
+        e->set_chunk_digests(static_cast<int>(chunk), digest);
+        out->push_back({pos_ - start, length, digest});
+        pos_ = chunk_end;
       }
     }
 
    private:
-    struct StateFree {
-      void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-    };
     const SafetensorsFile& f_;
     Plan& plan_;
     const size_t file_;
     size_t tensor_;
     uint64_t pos_;
-    std::unique_ptr<XXH3_state_t, StateFree> state_;
   };
 
   Client& client_;

@@ -20,6 +20,7 @@
 #include "client/region_transfer.h"
 #include "common/common.h"
 #include "coordinator/coordinator.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
@@ -453,6 +454,60 @@ TEST_F(RegionSimTest, VerifyHasEveryCopyHashedOnItsNode) {
   EXPECT_EQ(verify.code(), absl::StatusCode::kDataLoss) << verify;
   EXPECT_NE(verify.message().find("stripe 2"), std::string::npos) << verify;
   EXPECT_NE(verify.message().find(holder), std::string::npos) << verify;
+}
+
+// The weights loader's Verify: digests it knows are compared with the
+// nodes' as they are (a wrong one fails, so they are used, not recomputed);
+// a piece across a stripe boundary and the bytes no piece covers are
+// hashed here, so changed bytes there still fail.
+TEST_F(RegionSimTest, VerifyWithDigestsUsesTheKnownDigestsOfWholeStripePieces) {
+  auto region = Create(*a_, "known", 4 * kStripeBytes, /*replicas=*/2);
+  ASSERT_NE(region, nullptr);
+  std::string data = RandomBytes(4 * kStripeBytes);
+  ASSERT_TRUE(region->Write(0, data).ok());
+  auto digest = [&](uint64_t at, uint64_t n) {
+    return format::DigestBytes(absl::string_view(data).substr(at, n));
+  };
+  // From byte 1000: [0, 4096) and [5000, 9000) inside stripe 0, then one
+  // piece across the stripe 0/1 boundary; the rest is not covered.
+  const uint64_t base = 1000;
+  const uint64_t cross = kStripeBytes - base - 100;
+  std::vector<client_internal::KnownDigest> known = {
+      {0, 4096, digest(base, 4096)},
+      {5000, 4000, digest(base + 5000, 4000)},
+      {cross, 200, digest(base + cross, 200)}};
+  absl::string_view span =
+      absl::string_view(data).substr(base, 3 * kStripeBytes);
+  ASSERT_TRUE(
+      client_internal::VerifyWithDigests(*region, base, span, known).ok());
+  // A wrong digest for a whole-stripe piece fails, naming the stripe.
+  std::vector<client_internal::KnownDigest> wrong = known;
+  wrong[1].digest ^= 1;
+  absl::Status s =
+      client_internal::VerifyWithDigests(*region, base, span, wrong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("stripe 0"), std::string::npos) << s;
+  // The piece across the boundary is hashed from the bytes: a changed byte
+  // in it, or in the uncovered rest, fails although the digests match.
+  std::string changed(span);
+  changed[cross + 150] ^= 1;
+  EXPECT_EQ(
+      client_internal::VerifyWithDigests(*region, base, changed, known).code(),
+      absl::StatusCode::kDataLoss);
+  changed = std::string(span);
+  changed[2 * kStripeBytes] ^= 1;
+  EXPECT_EQ(
+      client_internal::VerifyWithDigests(*region, base, changed, known).code(),
+      absl::StatusCode::kDataLoss);
+  // Pieces out of order, overlapping or past the bytes are refused.
+  std::vector<client_internal::KnownDigest> unordered = {known[1], known[0]};
+  EXPECT_EQ(
+      client_internal::VerifyWithDigests(*region, base, span, unordered).code(),
+      absl::StatusCode::kInvalidArgument);
+  std::vector<client_internal::KnownDigest> past = {{span.size() - 10, 11, 0}};
+  EXPECT_EQ(
+      client_internal::VerifyWithDigests(*region, base, span, past).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RegionSimTest, NodeThatFailsMidReadIsUnavailable) {
