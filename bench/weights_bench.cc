@@ -12,7 +12,9 @@
 // loader's per-piece pattern alone (pread + Write + Verify + chunk
 // digests), how long the real load took to its first piece (parse, plan,
 // CreateRegion of the model region), file reads and XXH3. Prints one table.
-// It starts a local cluster itself unless --coordinator is given.
+// It starts a local cluster itself unless --coordinator is given; its nodes
+// serve this host's client over --transport, as the raw phases measure,
+// not over shared memory (--shm 1 for that).
 // Exit status: 0 when every phase ran and every byte was right (targets
 // missed or not), 1 on any error or wrong byte, 2 for bad flags.
 // See bench/weights_bench.sh.
@@ -79,6 +81,7 @@ struct Options {
   RawOptions raw;
   absl::Duration raw_time;
   bool breakdown = true;
+  bool shm = false;
   uint64_t seed = 1;
   std::string dir;
 };
@@ -109,6 +112,10 @@ void DefineFlags(tools::Flags& flags) {
                "1: also time CreateRegion, Region::Write/Verify/Read, the "
                "loader's pread + Write + Verify pattern, file reads and "
                "XXH3; 0: skip");
+  flags.Define("shm", "0",
+               "1: the local cluster's nodes serve this host's client over "
+               "shared memory (as `meshpool node` does by default); 0: over "
+               "--transport, which the raw phases measure");
   flags.Define("seed", "1", "seed of the model's sizes and bytes");
   flags.Define("dir", "",
                "where the model's temporary directory goes (default: "
@@ -146,6 +153,7 @@ absl::StatusOr<Options> ParseOptions(const tools::Flags& flags) {
   MESHPOOL_ASSIGN_OR_RETURN(int64_t lanes, flags.GetInt("raw-lanes"));
   MESHPOOL_ASSIGN_OR_RETURN(o.raw_time, flags.GetDuration("raw-time"));
   MESHPOOL_ASSIGN_OR_RETURN(int64_t breakdown, flags.GetInt("breakdown"));
+  MESHPOOL_ASSIGN_OR_RETURN(int64_t shm, flags.GetInt("shm"));
   MESHPOOL_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed"));
   if (nodes < 1 || nodes > 64 || files < 1 || files > 10000 || parallel < 1 ||
       parallel > 64 || threads < 1 || threads > 256 || depth < 1 || lanes < 0 ||
@@ -163,6 +171,7 @@ absl::StatusOr<Options> ParseOptions(const tools::Flags& flags) {
   o.raw.lanes_per_node = lanes == 0 ? client_internal::kMaxRegionLanesPerNode
                                     : static_cast<size_t>(lanes);
   o.breakdown = breakdown != 0;
+  o.shm = shm != 0;
   o.seed = static_cast<uint64_t>(seed);
   if (o.scratch_bytes == 0) {
     o.scratch_bytes = std::min<uint64_t>(uint64_t{1} << 30, o.model_bytes);
@@ -494,6 +503,12 @@ void DescribeParams(const Options& o, const tools::Flags& flags,
                     flags.Get("device").empty() ? "any" : flags.Get("device"),
                     ", gid-index ", flags.Get("gid-index"), ")");
   }
+  if (local) {
+    absl::StrAppend(&transport, flags.Get("shm") == "1"
+                                    ? "; the client's load and reads over "
+                                      "shared memory (--shm 1)"
+                                    : "; the client too (nodes --no-shm)");
+  }
   p.emplace_back("transport", transport);
   p.emplace_back(
       "model",
@@ -532,6 +547,7 @@ absl::StatusOr<std::unique_ptr<tools::LocalCluster>> StartCluster(
   lo.nodes = o.nodes;
   lo.capacity_bytes = o.capacity;
   lo.node_args = tools::TransportArgs(flags);
+  if (!o.shm) lo.node_args.push_back("--no-shm");
   absl::FPrintF(stderr, "weights_bench: starting %d nodes x %s\n", o.nodes,
                 FormatSize(o.capacity));
   return tools::LocalCluster::Start(lo);

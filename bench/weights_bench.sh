@@ -6,7 +6,8 @@
 # LoadSafetensors and ReadTensor of a generated multi-file model, checks
 # every byte and prints one table with the ratios and targets (load >= 0.7 x
 # raw write, read >= 0.85 x raw read).
-#   default: TCP on loopback, a 2 GiB model in 4 shards.
+#   default: TCP on loopback, a 2 GiB model in 4 shards (the client's load
+#            and reads over TCP too: add `-- --shm 1` for shared memory).
 #   --vm:    inside the Soft-RoCE VM (tools/vm/run.sh) over verbs on rxe0,
 #            GID index 1, a 256 MiB model (the VM is small and emulated:
 #            only the ratios mean anything there). The raw phase uses one
