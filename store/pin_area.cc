@@ -12,10 +12,6 @@ PinArea::PinArea(uint64_t entries, absl::Duration quarantine)
   if (entries_ > 0) Insert(0, entries_);
 }
 
-uint64_t PinArea::longest_free_run() const {
-  return by_length_.empty() ? 0 : by_length_.rbegin()->first;
-}
-
 void PinArea::Insert(uint64_t first, uint64_t length) {
   by_first_.emplace(first, length);
   by_length_.emplace(length, first);

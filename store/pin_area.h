@@ -53,8 +53,6 @@ class PinArea {
   uint64_t free_entries() const { return free_entries_; }
   // Entries returned less than a quarantine ago (as of the last Grant).
   uint64_t resting_entries() const { return resting_entries_; }
-  // The longest free run (0: none).
-  uint64_t longest_free_run() const;
 
  private:
   // Frees runs whose quarantine has passed.

@@ -76,7 +76,7 @@ struct PinTablesOptions {
 
 // What OpenSession answers.
 struct SessionGrant {
-  uint32_t session = 0;       // index of its pin table
+  uint32_t session = 0;       // names it, with the token (a slot index)
   uint64_t token = 0;         // nonzero, random
   uint64_t table_offset = 0;  // pool offset of the table
   uint32_t entries = 0;       // entries in it
