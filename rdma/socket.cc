@@ -241,6 +241,14 @@ ssize_t RecvNoCancel(int fd, void* buffer, size_t length, int flags) {
 #endif
 }
 
+ssize_t RecvmsgNoCancel(int fd, msghdr* msg, int flags) {
+#ifdef __linux__
+  return ::syscall(SYS_recvmsg, fd, msg, flags);
+#else
+  return ::recvmsg(fd, msg, flags);
+#endif
+}
+
 ssize_t SendmsgNoCancel(int fd, const msghdr* msg, int flags) {
 #ifdef __linux__
   return ::syscall(SYS_sendmsg, fd, msg, flags);

@@ -76,13 +76,14 @@ absl::StatusOr<uint16_t> BoundPort(int fd);
 absl::StatusOr<UniqueFd> ConnectTcp(const HostPort& peer,
                                     absl::Duration timeout);
 
-// recv(2) and sendmsg(2) as direct system calls, with the same results and
-// errno. glibc's wrappers are pthread cancellation points and pay for it on
-// every call (enabling and disabling asynchronous cancellation: about 130
-// instructions a call, and a tcp GET makes two or three: about 260 of its
+// recv(2), recvmsg(2) and sendmsg(2) as direct system calls, with the same
+// results and errno. glibc's wrappers are pthread cancellation points and pay
+// for it on every call (enabling and disabling asynchronous cancellation: about
+// 130 instructions a call, and a tcp GET makes two or three: about 260 of its
 // client's 6,000); meshpool never cancels a thread, and its tcp data paths
 // make these calls per operation.
 ssize_t RecvNoCancel(int fd, void* buffer, size_t length, int flags);
+ssize_t RecvmsgNoCancel(int fd, msghdr* msg, int flags);
 ssize_t SendmsgNoCancel(int fd, const msghdr* msg, int flags);
 
 // Sends every byte of `iov` (consumed in place) with sendmsg(MSG_NOSIGNAL),

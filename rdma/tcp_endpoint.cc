@@ -1,10 +1,12 @@
 // How the client endpoint works: Post() appends request frames to one
 // blocking socket (sendmsg gathers headers and WRITE payloads); Poll()
-// receives responses with non-blocking recv() calls, keeping a partially
-// received response across calls, and waits with ppoll() when nothing is
-// ready, so a slow or stuck peer never blocks Poll beyond its timeout.
+// receives responses with non-blocking recvmsg() calls that scatter many
+// responses at once (ReceiveBatch), keeping a partially received response
+// across calls, and waits with ppoll() when nothing is ready, so a slow or
+// stuck peer never blocks Poll beyond its timeout.
 #include "rdma/tcp_endpoint.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -126,36 +128,91 @@ TcpEndpoint::Step TcpEndpoint::OnHeaderComplete(Completion* out) {
   return Step::kProgress;
 }
 
-TcpEndpoint::Step TcpEndpoint::ReceiveStep(Completion* out) {
-  const Pending& head = pending_.front();
-  uint8_t* dst;
-  size_t want;
-  if (rx_header_got_ < sizeof(rx_header_)) {
-    dst = reinterpret_cast<uint8_t*>(&rx_header_) + rx_header_got_;
-    want = sizeof(rx_header_) - rx_header_got_;
-  } else {
-    dst = head.local + rx_payload_got_;
-    want = head.length - rx_payload_got_;
+TcpEndpoint::Step TcpEndpoint::ReceiveBatch(absl::Span<Completion> out,
+                                            size_t* completed) {
+  // The response stream is predictable: each pending request, in order,
+  // gets one header and, for a READ, exactly its length in payload;
+  // anything else breaks the endpoint. So one recvmsg() scatters the rest
+  // of the head response and whole responses after it: headers into
+  // rx_header_ and rx_ahead_, payloads straight into the callers' buffers.
+  // A header that turns out wrong breaks the endpoint and fails every
+  // request still pending, so bytes that a later READ's buffer took on the
+  // plan's word are never reported as its data.
+  static_assert(2 * (kMaxResponsesPerRecv + 1) <= IOV_MAX,
+                "one receive's headers and payloads fit one recvmsg");
+  const size_t responses =
+      std::min({out.size(), pending_.size(), kMaxResponsesPerRecv + 1});
+  rx_iov_.clear();
+  size_t want = 0;
+  auto add = [&](void* base, size_t length) {
+    if (length == 0) return;
+    rx_iov_.push_back({base, length});
+    want += length;
+  };
+  for (size_t k = 0; k < responses; ++k) {
+    const Pending& p = pending_[k];
+    const size_t payload = p.opcode == Opcode::kRead ? p.length : 0;
+    if (k == 0) {
+      add(reinterpret_cast<uint8_t*>(&rx_header_) + rx_header_got_,
+          sizeof(rx_header_) - rx_header_got_);
+      add(p.local + rx_payload_got_, payload - rx_payload_got_);
+    } else {
+      add(&rx_ahead_[k - 1], sizeof(ResponseHeader));
+      add(p.local, payload);
+    }
   }
-  ssize_t got = RecvNoCancel(fd_.get(), dst, want, MSG_DONTWAIT);
+  msghdr msg{};
+  msg.msg_iov = rx_iov_.data();
+  msg.msg_iovlen = rx_iov_.size();
+  const ssize_t got = RecvmsgNoCancel(fd_.get(), &msg, MSG_DONTWAIT);
   if (got == 0) {
     Break("the peer closed the connection");
     return Step::kProgress;
   }
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kWouldBlock;
-    if (errno != EINTR) Break(ErrnoToStatus(errno, "recv").message());
+    if (errno != EINTR) Break(ErrnoToStatus(errno, "recvmsg").message());
     return Step::kProgress;
   }
-  if (rx_header_got_ < sizeof(rx_header_)) {
-    rx_header_got_ += static_cast<size_t>(got);
-    if (rx_header_got_ < sizeof(rx_header_)) return Step::kProgress;
-    return OnHeaderComplete(out);
+  Consume(static_cast<size_t>(got), out, completed);
+  // A short receive drained the socket: asking again now would only
+  // return EAGAIN.
+  if (!broken_.ok() || static_cast<size_t>(got) == want) {
+    return Step::kProgress;
   }
-  rx_payload_got_ += static_cast<size_t>(got);
-  if (rx_payload_got_ < head.length) return Step::kProgress;
-  Complete(out, absl::OkStatus());
-  return Step::kCompleted;
+  return Step::kWouldBlock;
+}
+
+void TcpEndpoint::Consume(size_t got, absl::Span<Completion> out,
+                          size_t* completed) {
+  // Response k of this receive: k == 0 is the head as it stood, whose
+  // header went straight into rx_header_; k > 0 had its header in
+  // rx_ahead_[k - 1] and none of it was received before.
+  for (size_t k = 0; got > 0 && broken_.ok(); ++k) {
+    if (rx_header_got_ < sizeof(rx_header_)) {
+      const size_t take = std::min(got, sizeof(rx_header_) - rx_header_got_);
+      if (k > 0) {
+        std::memcpy(reinterpret_cast<uint8_t*>(&rx_header_) + rx_header_got_,
+                    reinterpret_cast<const uint8_t*>(&rx_ahead_[k - 1]) +
+                        rx_header_got_,
+                    take);
+      }
+      rx_header_got_ += take;
+      got -= take;
+      if (rx_header_got_ < sizeof(rx_header_)) return;
+      if (OnHeaderComplete(&out[*completed]) == Step::kCompleted) {
+        ++*completed;
+        continue;
+      }
+      if (!broken_.ok()) return;
+    }
+    const Pending& head = pending_.front();
+    const size_t take = std::min<size_t>(got, head.length - rx_payload_got_);
+    rx_payload_got_ += take;
+    got -= take;
+    if (rx_payload_got_ < head.length) return;
+    Complete(&out[(*completed)++], absl::OkStatus());
+  }
 }
 
 absl::Status TcpEndpoint::WaitReadable(absl::Duration timeout) {
@@ -181,8 +238,9 @@ absl::StatusOr<size_t> TcpEndpoint::Poll(absl::Span<Completion> out,
       Complete(&out[n++], broken_);
       continue;
     }
-    const Step step = ReceiveStep(&out[n]);
-    if (step == Step::kCompleted) ++n;
+    size_t completed = 0;
+    const Step step = ReceiveBatch(out.subspan(n), &completed);
+    n += completed;
     if (step != Step::kWouldBlock) continue;
     if (n > 0) break;
     const absl::Time now = absl::Now();

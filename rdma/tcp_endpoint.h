@@ -34,7 +34,9 @@ class TcpEndpoint : public Endpoint {
   // See rdma.h. Writes every header, and each WRITE's payload straight from
   // the caller's buffer, before returning (blocking).
   absl::Status Post(absl::Span<const WorkRequest> batch) override;
-  // See rdma.h. Receives READ payloads straight into the caller's buffers.
+  // See rdma.h. Receives READ payloads straight into the caller's buffers,
+  // many responses per system call; a READ that fails (the endpoint broke)
+  // may have changed its buffer.
   // Once broken, outstanding requests complete with Unavailable (the one
   // the responder refused with PermissionDenied), then Poll returns
   // Unavailable.
@@ -50,12 +52,19 @@ class TcpEndpoint : public Endpoint {
     uint32_t length;
   };
   enum class Step { kProgress, kWouldBlock, kCompleted };
+  // Responses one receive call may take, beyond the one under way.
+  static constexpr size_t kMaxResponsesPerRecv = 64;
 
   explicit TcpEndpoint(UniqueFd fd) : fd_(std::move(fd)) {}
   // Marks the endpoint broken for good and shuts the socket down.
   void Break(absl::string_view why);
-  // One non-blocking receive step for the head pending request.
-  Step ReceiveStep(Completion* out);
+  // One non-blocking receive of as many of the next responses as `out` has
+  // room for; writes their completions to `out` and counts them in
+  // `*completed`. kWouldBlock when the socket had less than asked for.
+  Step ReceiveBatch(absl::Span<Completion> out, size_t* completed);
+  // Accounts `got` received bytes against the responses planned by
+  // ReceiveBatch, completing those that are whole.
+  void Consume(size_t got, absl::Span<Completion> out, size_t* completed);
   Step OnHeaderComplete(Completion* out);
   void Complete(Completion* out, absl::Status status);
   // Waits up to `timeout` for the socket to become readable.
@@ -64,9 +73,12 @@ class TcpEndpoint : public Endpoint {
   UniqueFd fd_;
   absl::Status broken_;  // OK while healthy, else Unavailable
   std::deque<Pending> pending_;
-  ResponseHeader rx_header_{};
+  ResponseHeader rx_header_{};  // the head response's header
   size_t rx_header_got_ = 0;
   size_t rx_payload_got_ = 0;
+  // Headers of the responses after the head, received in the same call.
+  ResponseHeader rx_ahead_[kMaxResponsesPerRecv]{};
+  std::vector<iovec> rx_iov_;              // reused by ReceiveBatch
   std::vector<RequestHeader> tx_headers_;  // reused by Post
   std::vector<iovec> tx_iov_;
 };

@@ -1,11 +1,15 @@
 # rdma/: the transport contract, run against every backend, plus the tcp
-# responder against hostile peers, the sim fabric's faults and the shm
+# responder against hostile peers, the tcp endpoint against a scripted
+# responder, the sim fabric's faults and the shm
 # backend's own cases.
 meshpool_test(rdma_conformance_test
   SOURCES rdma_conformance_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_tcp_responder_test
   SOURCES rdma_tcp_responder_test.cc rdma_tcp_admission_test.cc
+  LIBS meshpool_rdma)
+meshpool_test(rdma_tcp_endpoint_test
+  SOURCES rdma_tcp_endpoint_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_sim_test
   SOURCES rdma_sim_test.cc
