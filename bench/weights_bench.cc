@@ -517,10 +517,9 @@ void DescribeParams(const Options& o, const tools::Flags& flags,
                     ", gid-index ", flags.Get("gid-index"), ")");
   }
   if (local) {
-    absl::StrAppend(&transport, flags.Get("shm") == "1"
-                                    ? "; the client's load and reads over "
-                                      "shared memory (--shm 1)"
-                                    : "; the client too (nodes --no-shm)");
+    absl::StrAppend(&transport, o.shm ? "; the client's load and reads over "
+                                        "shared memory (--shm 1)"
+                                      : "; the client too (nodes --no-shm)");
   }
   p.emplace_back("transport", transport);
   p.emplace_back(
