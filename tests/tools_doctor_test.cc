@@ -55,7 +55,7 @@ HostFacts HealthyHost() {
   HostFacts facts;
   facts.devices = {Rxe0()};
   facts.memlock = {true, kUnlimited, kUnlimited, false};
-  facts.hugepages = {true, 256, 256, 2 * kMiB, "madvise"};
+  facts.hugepages = {true, 256, 256, 2 * kMiB, "madvise", "advise"};
   facts.kernel.sysfs_devices = {"rxe0"};
   facts.kernel.uverbs = {"uverbs0"};
   facts.kernel.rdma_rxe_loaded = true;
@@ -410,7 +410,7 @@ TEST(DoctorDiagnoseTest, MemlockAbovePoolIsFine) {
 
 TEST(DoctorDiagnoseTest, NoHugePagesIsInformationWithSysctlForThePool) {
   HostFacts facts = HealthyHost();
-  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise"};
+  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise", ""};
   DoctorOptions options;
   options.pool_bytes = 1ull << 30;
   DoctorReport report = Check(facts, options);
@@ -422,12 +422,52 @@ TEST(DoctorDiagnoseTest, NoHugePagesIsInformationWithSysctlForThePool) {
 
 TEST(DoctorDiagnoseTest, HugePagesInUseAreAddedToTheSysctl) {
   HostFacts facts = HealthyHost();
-  facts.hugepages = {true, 10, 4, 2 * kMiB, "never"};  // 6 in use
+  facts.hugepages = {true, 10, 4, 2 * kMiB, "never", ""};  // 6 in use
   DoctorReport report = Check(facts);
   ASSERT_EQ(report.findings.size(), 1u);
   EXPECT_EQ(report.findings[0].fix, "`sysctl -w vm.nr_hugepages=134`");
   EXPECT_TRUE(absl::StrContains(report.findings[0].what,
                                 "transparent huge pages are off"));
+}
+
+TEST(DoctorDiagnoseTest, ShmemHugePagesOffIsAWarningNamingBothFixes) {
+  HostFacts facts = HealthyHost();
+  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise", "never"};
+  DoctorOptions options;
+  options.pool_bytes = 1ull << 30;
+  DoctorReport report = Check(facts, options);
+  EXPECT_EQ(report.exit_code(), 0);  // slower, not broken
+  ASSERT_EQ(report.findings.size(), 1u);
+  EXPECT_EQ(report.findings[0].severity, Severity::kWarning);
+  EXPECT_TRUE(
+      absl::StrContains(report.findings[0].what, "shmem_enabled: never"))
+      << report.findings[0].what;
+  EXPECT_TRUE(absl::StrContains(report.findings[0].what, "4 KiB pages"));
+  EXPECT_TRUE(absl::StrContains(report.findings[0].fix,
+                                "`sysctl -w vm.nr_hugepages=512`"));
+  EXPECT_TRUE(absl::StrContains(
+      report.findings[0].fix,
+      "`echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled`"));
+}
+
+TEST(DoctorDiagnoseTest, ShmemHugePagesAllowedIsInformationEvenWithAnonThpOff) {
+  HostFacts facts = HealthyHost();
+  // The pool is shared memory: shmem_enabled decides, not enabled.
+  facts.hugepages = {true, 0, 0, 2 * kMiB, "never", "advise"};
+  DoctorReport report = Check(facts);
+  ASSERT_EQ(report.findings.size(), 1u);
+  EXPECT_EQ(report.findings[0].severity, Severity::kInfo);
+  EXPECT_TRUE(absl::StrContains(report.findings[0].what,
+                                "falls back to transparent huge pages"))
+      << report.findings[0].what;
+}
+
+TEST(DoctorDiagnoseTest, EnoughReservedHugePagesNeedNoShmemHugePages) {
+  HostFacts facts = HealthyHost();
+  facts.hugepages = {true, 512, 512, 2 * kMiB, "never", "never"};
+  DoctorOptions options;
+  options.pool_bytes = 1ull << 30;
+  EXPECT_TRUE(Check(facts, options).findings.empty());
 }
 
 TEST(DoctorDiagnoseTest, RegistrationFailureIsAnErrorWithTheCause) {
@@ -506,7 +546,7 @@ TEST(DoctorDiagnoseTest, UnknownDeviceFlagNamesTheDevicesThereAre) {
 
 TEST(DoctorDiagnoseTest, ErrorsComeBeforeInformation) {
   HostFacts facts = BareHost();
-  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise"};
+  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise", ""};
   DoctorReport report = Check(facts);
   ASSERT_EQ(report.findings.size(), 2u);
   EXPECT_EQ(report.findings[0].severity, Severity::kError);
@@ -516,7 +556,7 @@ TEST(DoctorDiagnoseTest, ErrorsComeBeforeInformation) {
 // ---- Formatting -----------------------------------------------------------
 TEST(DoctorFormatTest, TextListsDevicePortsGidsRegistrationThenVerdictLast) {
   HostFacts facts = HealthyHost();
-  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise"};
+  facts.hugepages = {true, 0, 0, 2 * kMiB, "madvise", ""};
   DoctorReport report = Diagnose(facts, {});
   std::string text = FormatText(facts, report, {});
   std::cout << text;
@@ -524,7 +564,8 @@ TEST(DoctorFormatTest, TextListsDevicePortsGidsRegistrationThenVerdictLast) {
        {"RDMA devices (libibverbs): 1", "rxe0", "atomics=yes",
         "max_mr_size=unlimited", "port 1  ACTIVE", "Ethernet", "mtu 1024",
         "::ffff:10.0.2.15", "RoCE v2", "eth0", "memlock: soft unlimited",
-        "huge pages: 0 of 0 free, 2MiB each; transparent: madvise",
+        "huge pages: 0 of 0 free, 2MiB each; transparent: madvise; "
+        "shmem: unknown",
         "pool registration (256MiB", "ok in 125 ms (500 ms/GiB)",
         "info: 0 of 0 huge pages", "fix: `sysctl -w vm.nr_hugepages=128`"}) {
     EXPECT_TRUE(absl::StrContains(text, want)) << "missing '" << want << "'";

@@ -312,15 +312,40 @@ void DiagnoseHugePages(const HugePageFacts& huge, uint64_t pool,
   uint64_t needed = (pool + huge.page_bytes - 1) / huge.page_bytes;
   if (huge.free >= needed) return;
   uint64_t in_use = huge.total > huge.free ? huge.total - huge.free : 0;
-  std::string fallback = huge.transparent == "never"
-                             ? "normal pages (transparent huge pages are off)"
-                             : "transparent huge pages";
+  std::string reserve =
+      absl::StrCat("`sysctl -w vm.nr_hugepages=", in_use + needed, "`");
+  // A node's pool is shared memory (a memfd) unless it runs --no-shm, so
+  // its transparent huge pages follow shmem_enabled, not enabled.
+  const bool shmem_off = huge.shmem == "never" || huge.shmem == "deny";
+  if (shmem_off) {
+    Add(findings, Severity::kWarning,
+        absl::StrCat(
+            huge.free, " of ", huge.total, " huge pages (",
+            FormatSize(huge.page_bytes), ") are free, the ", FormatSize(pool),
+            " pool needs ", needed,
+            ", and shared-memory transparent huge pages are off "
+            "(/sys/kernel/mm/transparent_hugepage/shmem_enabled: ",
+            huge.shmem,
+            "): the pool gets 4 KiB pages, and clients on this host write "
+            "into it at about half speed (measured: a 1 MiB PUT over shared "
+            "memory took 2 x as long as with shmem huge pages)"),
+        absl::StrCat(reserve,
+                     ", or `echo advise > "
+                     "/sys/kernel/mm/transparent_hugepage/shmem_enabled` "
+                     "(lasting: the tmpfiles.d line `w "
+                     "/sys/kernel/mm/transparent_hugepage/shmem_enabled - - - "
+                     "- advise`)"));
+    return;
+  }
+  std::string fallback = !huge.shmem.empty() || huge.transparent != "never"
+                             ? "transparent huge pages"
+                             : "normal pages (transparent huge pages are off)";
   Add(findings, Severity::kInfo,
       absl::StrCat(huge.free, " of ", huge.total, " huge pages (",
                    FormatSize(huge.page_bytes), ") are free, the ",
                    FormatSize(pool), " pool needs ", needed,
                    ": it falls back to ", fallback),
-      absl::StrCat("`sysctl -w vm.nr_hugepages=", in_use + needed, "`"));
+      reserve);
 }
 
 std::string Verdict(const DoctorReport& report, const DoctorOptions& options) {

@@ -47,7 +47,8 @@ struct MemlockFacts {
   bool ipc_lock = false;  // CAP_IPC_LOCK in the effective set: limit ignored
 };
 
-// /proc/meminfo and /sys/kernel/mm/transparent_hugepage/enabled.
+// /proc/meminfo and /sys/kernel/mm/transparent_hugepage/{enabled,
+// shmem_enabled}.
 struct HugePageFacts {
   bool known = false;       // /proc/meminfo was readable
   uint64_t total = 0;       // HugePages_Total (pages)
@@ -55,6 +56,10 @@ struct HugePageFacts {
   uint64_t page_bytes = 0;  // Hugepagesize
   std::string transparent;  // selected THP mode: "always", "madvise",
                             // "never"; empty when unknown
+  // Selected THP mode for shared memory (what a node's pool is when it
+  // serves clients on its host, the default): "always", "within_size",
+  // "advise", "never", "deny", "force"; empty when unknown.
+  std::string shmem;
 };
 
 // What the kernel exposes, independent of libibverbs.

@@ -73,6 +73,9 @@ HugePageFacts GatherHugePages() {
   std::optional<std::string> thp =
       ReadSmallFile("/sys/kernel/mm/transparent_hugepage/enabled");
   if (thp) facts.transparent = ParseTransparentHugePages(*thp);
+  std::optional<std::string> shmem =
+      ReadSmallFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  if (shmem) facts.shmem = ParseTransparentHugePages(*shmem);
   return facts;
 }
 
