@@ -290,6 +290,14 @@ absl::StatusOr<std::unique_ptr<NodeImpl>> NodeImpl::Start(
       "node", absl::StrCat("pool of ", FormatSize(pool.size()), " on ",
                            PageKindName(pool.page_kind()),
                            shared ? ", shared (memfd)" : "", ", faulted in"));
+  if (shared && options.huge_pages && pool.page_kind() == PageKind::kNormal) {
+    options.env->Log(
+        "node",
+        "warning: the shared pool got 4 KiB pages (no free reserved huge "
+        "pages, and /sys/kernel/mm/transparent_hugepage/shmem_enabled "
+        "allows none): clients on this host write into it 2-6 x slower; "
+        "`meshpool doctor` says how to fix it");
+  }
   std::unique_ptr<NodeImpl> node(
       new NodeImpl(std::move(options), std::move(pool), std::move(transport)));
   WriteSuperblock(node->pool_.data(), *layout, node->incarnation_);

@@ -327,8 +327,8 @@ void DiagnoseHugePages(const HugePageFacts& huge, uint64_t pool,
             "(/sys/kernel/mm/transparent_hugepage/shmem_enabled: ",
             huge.shmem,
             "): the pool gets 4 KiB pages, and clients on this host write "
-            "into it at about half speed (measured: a 1 MiB PUT over shared "
-            "memory took 2 x as long as with shmem huge pages)"),
+            "into it 2-6 x slower than with huge pages (PUTs over shared "
+            "memory, measured on a 2-core VM)"),
         absl::StrCat(reserve,
                      ", or `echo advise > "
                      "/sys/kernel/mm/transparent_hugepage/shmem_enabled` "
