@@ -149,7 +149,7 @@ void BatchGetValues(NodeConnection& node, absl::Span<const KeyRef> keys,
           FinishObjectRead(s, keys[i], read, base, targets[i]);
       if (got.ok()) {
         node.slot_cache().Remember(
-            keys[i].hash, buckets[i].slot_offset[read.slot], read.word);
+            keys[i].hash, buckets[i].slot_offset[read.slot], read.word, start);
         results[i] = *got;
         st = absl::OkStatus();
         break;

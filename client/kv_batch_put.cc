@@ -143,6 +143,7 @@ class BatchPut {
   absl::flat_hash_set<uint64_t> claimed_;    // slots taken by this batch
   std::vector<size_t> probe_;                // keys for post 2
   std::vector<uint64_t> old_at_, again_at_;  // post 3 staging, per key
+  ReadStart cas_posted_at_;                  // before post 3 went out
 };
 
 void BatchPut::Allocate() {
@@ -291,6 +292,7 @@ bool BatchPut::CasAll() {
   again_at_.assign(items_.size(), 0);
   uint64_t cas_at = 0;
   absl::Time now = absl::Now();
+  cas_posted_at_ = ReadStartNow();
   for (size_t i = 0; i < items_.size(); ++i) {
     Item& it = items_[i];
     if (!it.live || it.fallback) continue;
@@ -338,7 +340,7 @@ void BatchPut::Finish() {
     }
     if (published) {
       node_.slot_cache().Remember(keys_[i].hash, it.b.slot_offset[it.target],
-                                  it.word);
+                                  it.word, cas_posted_at_);
       bool maybe_dup = it.mine.size() > 1;
       if (it.insert) {
         Buckets fresh = it.b;

@@ -1,5 +1,6 @@
 #include "client/kv_lane_op.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "client/kv_retry.h"
@@ -40,7 +41,7 @@ void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
 
 absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                               const CandidatePlan& plan, const char* staging,
-                              ValueSink sink) {
+                              ReadStart start, ValueSink sink) {
   bool stale = false;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     absl::string_view value;
@@ -53,7 +54,7 @@ absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
       }
       int slot = plan.slots[i];
       s.node().slot_cache().Remember(key.hash, b.slot_offset[slot],
-                                     b.words[slot]);
+                                     b.words[slot], start);
       return sink(value);
     }
     if (v != format::Verdict::kOtherKey) stale = true;
@@ -183,16 +184,114 @@ absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
     // The reads above may have been slow: the lease is checked again as
     // close to the CAS as the client can.
     if (absl::Now() > deadline) return too_late();
+    const ReadStart posted_at = ReadStartNow();
     MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
     if (*old_value != b.words[target]) continue;  // lost a race: look again
     // Published. Never a Retry from here: the caller would publish again.
-    cache.Remember(key.hash, b.slot_offset[target], word);
+    cache.Remember(key.hash, b.slot_offset[target], word, posted_at);
     if (mine->size() != 1) RemoveDuplicates(s, key);
     return absl::OkStatus();
   }
   return absl::UnavailableError(absl::StrCat("gave up publishing after ",
                                              kMaxPublishRounds,
                                              " lost races on one key; retry"));
+}
+
+namespace {
+
+// One CAS; true when it found `expected` (and so stored `desired`).
+absl::StatusOr<bool> CasOnce(LaneOp& s, uint64_t slot_offset, uint64_t expected,
+                             uint64_t desired) {
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(8));
+  uint64_t* old_value = reinterpret_cast<uint64_t*>(staging.data());
+  rdma::WorkRequests wrs;
+  s.AddCas(wrs, old_value, slot_offset, expected, desired);
+  MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
+  return *old_value == expected;
+}
+
+// `word` already sits in one of the key's slots (a speculative CAS landed),
+// maybe not the first, which is the one readers see. Makes the key's first
+// slot hold it and clears the rest. If no slot holds it any more, a
+// concurrent PUT or DELETE replaced it: this PUT is done, ordered before
+// that one. Never publishes the object a second time after it was
+// replaced, and never reports Retry(kAllocateAgain).
+absl::Status SettleLandedPublish(LaneOp& s, const KeyRef& key, uint64_t word,
+                                 absl::Time deadline) {
+  for (int round = 0; round < kMaxPublishRounds; ++round) {
+    Buckets b;
+    MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
+    absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
+    if (IsRetry(mine.status(), RetryReason::kRereadIndex)) continue;
+    if (!mine.ok()) return mine.status();
+    auto ours = std::find_if(mine->begin(), mine->end(),
+                             [&](int slot) { return b.words[slot] == word; });
+    if (ours == mine->end()) return absl::OkStatus();
+    const int first = mine->front();
+    bool moved = ours == mine->begin();
+    if (!moved) {
+      // Another copy of the key comes first. Move ours there, in time.
+      if (absl::Now() > deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "a PUT to ", s.node().Describe(),
+            " landed in a duplicate slot of its key and its slab lease ended "
+            "before it could take the key's first slot; retry the PUT"));
+      }
+      const ReadStart posted_at = ReadStartNow();
+      MESHPOOL_ASSIGN_OR_RETURN(
+          moved, CasOnce(s, b.slot_offset[first], b.words[first], word));
+      if (!moved) continue;  // the first slot changed: look again
+      s.node().slot_cache().Remember(key.hash, b.slot_offset[first], word,
+                                     posted_at);
+    }
+    if (mine->size() > 1) RemoveDuplicates(s, key);
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat("gave up settling a PUT after ",
+                                             kMaxPublishRounds,
+                                             " lost races on one key; retry"));
+}
+
+}  // namespace
+
+absl::Status SettleSpeculativePublish(LaneOp& s, const KeyRef& key,
+                                      uint64_t word, absl::Time deadline,
+                                      const PutPrefetch& p) {
+  const SlotCache::Hint& hint = *p.speculated;
+  int slot = -1;
+  for (size_t i = 0; i < kSlotsPerKey; ++i) {
+    if (p.buckets.slot_offset[i] == hint.slot_offset)
+      slot = static_cast<int>(i);
+  }
+  if (p.speculated_old != hint.word) {
+    // The CAS found the slot changed and did nothing: publish as usual from
+    // the buckets just read, with that slot's newer word.
+    PutPrefetch fresh = p;
+    fresh.verified_hint.reset();
+    fresh.speculated.reset();
+    if (slot >= 0) fresh.buckets.words[slot] = p.speculated_old;
+    return Publish(s, key, word, deadline, slot >= 0 ? &fresh : nullptr);
+  }
+  // Landed. The common case: the hinted object is the key's, and the
+  // buckets, read just before the CAS ran, show that slot first among the
+  // key's candidates, holding the hinted word.
+  int first = -1;
+  if (p.verified_hint.has_value() &&
+      HintHolds(key, p.buckets, s.node().layout(), p.speculated, &first)) {
+    s.node().slot_cache().Remember(key.hash, hint.slot_offset, word,
+                                   p.posted_at);
+    return absl::OkStatus();
+  }
+  if (!p.verified_hint.has_value()) {
+    // The slot held its word but the object behind it was not this key's:
+    // its memory was reused for another key within the hint's age, which the
+    // reclaimer's grace forbids (a stall longer than the grace, or
+    // corruption). Put the other key's word back, then publish as usual.
+    MESHPOOL_ASSIGN_OR_RETURN(bool undone,
+                              CasOnce(s, hint.slot_offset, word, hint.word));
+    if (undone) return Publish(s, key, word, deadline);
+  }
+  return SettleLandedPublish(s, key, word, deadline);
 }
 
 }  // namespace meshpool::client_internal

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -21,6 +22,7 @@
 #include "client/kv_protocol.h"
 #include "client/kv_retry.h"
 #include "client/node_connection.h"
+#include "client/slot_cache.h"
 #include "common/common.h"
 #include "format/layout.h"
 #include "rdma/rdma.h"
@@ -253,17 +255,19 @@ CandidatePlan PlanCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
                              uint64_t* cursor);
 void AddCandidateReads(LaneOp& s, const Buckets& b, const CandidatePlan& plan,
                        char* staging, rdma::WorkRequests& wrs);
-// Hands the first candidate that verifies to `sink` (and remembers its slot
-// in the node's SlotCache); NotFound when none is the key; StaleRead() when
-// one is stale (so is the bucket view).
-absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
-                              const CandidatePlan& plan, const char* staging,
-                              ValueSink sink);
 // When a read began, on a monotonic clock: a wall-clock step backwards
 // must never make a read that outlived its lease look young (and
 // steady_clock is a third of absl::Now's cost per read).
 using ReadStart = std::chrono::steady_clock::time_point;
+static_assert(std::is_same_v<ReadStart, SlotCache::Clock::time_point>);
 inline ReadStart ReadStartNow() { return std::chrono::steady_clock::now(); }
+// Hands the first candidate that verifies to `sink` (and remembers its slot
+// in the node's SlotCache, as seen at `start`, before the bucket READ);
+// NotFound when none is the key; StaleRead() when one is stale (so is the
+// bucket view).
+absl::Status VerifyCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
+                              const CandidatePlan& plan, const char* staging,
+                              ReadStart start, ValueSink sink);
 // Past the read lease, the slab we read from may have been reclaimed and
 // reused: what we fetched could be stale even if it verifies (the step then
 // returns ReadLeaseExpired()).
@@ -287,6 +291,13 @@ struct PutPrefetch {
   // reclamation, and fingerprints collide), so an unverified hint must never
   // pick the slot a PUT replaces.
   std::optional<SlotCache::Hint> verified_hint;
+  // Set when the same post also carried the fenced CAS that published the
+  // object into the hinted slot (the one-round-trip PUT, kv_protocol.cc):
+  // the hint it used, the word that slot held when the CAS ran, and a time
+  // before the post went out.
+  std::optional<SlotCache::Hint> speculated;
+  uint64_t speculated_old = 0;
+  ReadStart posted_at;
 };
 // Makes the key's slot point at `word` with one CAS (retrying lost races),
 // and remembers it in the node's SlotCache. `prefetched`, when given, serves
@@ -295,6 +306,17 @@ struct PutPrefetch {
 absl::Status Publish(LaneOp& s, const KeyRef& key, uint64_t word,
                      absl::Time deadline,
                      const PutPrefetch* prefetched = nullptr);
+// Finishes a PUT whose post carried the speculative publish (p.speculated
+// set): OK at once when the CAS landed on the key's first slot, as the
+// header and bucket READs before it show; otherwise it undoes a CAS that
+// landed on another key's slot, moves a copy that landed behind the key's
+// first slot there, or publishes normally when the CAS found the slot
+// changed. Errors as Publish, and Unavailable (retry) when the object is
+// already in a slot but the deadline passed before it could be made the
+// key's first: it must not be allocated and published again.
+absl::Status SettleSpeculativePublish(LaneOp& s, const KeyRef& key,
+                                      uint64_t word, absl::Time deadline,
+                                      const PutPrefetch& p);
 // After an insert raced another writer's insert of the same key: clears
 // every slot holding the key but the first in bucket order (best effort).
 void RemoveDuplicateSlots(LaneOp& s, const KeyRef& key);

@@ -40,7 +40,7 @@ absl::Status ReadCandidates(LaneOp& s, const KeyRef& key, const Buckets& b,
              staging.data() + total);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   if (ReadLeasePassed(s, start)) return ReadLeaseExpired();
-  return VerifyCandidates(s, key, b, plan, staging.data(), sink);
+  return VerifyCandidates(s, key, b, plan, staging.data(), start, sink);
 }
 
 // The one-round-trip GET: the key's buckets and the object its slot held
@@ -81,6 +81,9 @@ absl::Status ReadWithHint(LaneOp& s, const KeyRef& key,
   if (OutdatedAt(key, staging.data() + kBucketPairBytes)) {
     return absl::OkStatus();
   }
+  // Seen again: the hint stays young (a PUT after GETs publishes in one
+  // round trip).
+  s.node().slot_cache().Remember(key.hash, hint.slot_offset, hint.word, start);
   *served = true;
   return sink(value);
 }
@@ -101,7 +104,7 @@ absl::Status ReadCandidateDirect(LaneOp& s, const KeyRef& key, const Buckets& b,
     return BufferTooSmall(h.value_length, direct.out.size());
   }
   s.node().slot_cache().Remember(key.hash, b.slot_offset[mine.front()],
-                                 b.words[mine.front()]);
+                                 b.words[mine.front()], start);
   uint64_t offset = format::DecodeSlot(b.words[mine.front()]).offset;
   uint64_t digest_bytes = 8 * format::DigestCount(h.value_length);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging, s.Staging(digest_bytes));
@@ -192,8 +195,30 @@ absl::Status GetValue(NodeConnection& node, const KeyRef& key,
 
 namespace {
 
-// The READs a PUT adds to the post that writes its object: the key's buckets
-// and, when the slot cache has a hint, the hinted object's header and key.
+// Where a PUT's object goes and what publishes it.
+struct PutTarget {
+  uint64_t offset = 0;  // of the object in the pool
+  uint64_t word = 0;    // the slot word that publishes it
+  absl::Time deadline;  // publish before this (the slab lease)
+};
+
+// What a PUT adds to the post that writes its object: READs of the key's
+// buckets and, when the slot cache has a hint, of the hinted object's header
+// and key; and, when that hint is young, the fenced CAS that publishes the
+// object into the hinted slot in the same round trip.
+//
+// Why the speculative CAS is safe: it executes after the object's WRITE and
+// flush READ (fenced, rdma.h), so a reader that follows the new word finds
+// the whole object. It replaces the slot only if the slot still holds the
+// hinted word, which pointed at this key's object when the hint was taken
+// (at `seen`). That word can point at another key's object again only after
+// the memory behind it was unreferenced for the reclaimer's grace (the read
+// lease plus kReclaimMargin, 500 ms) and reused; a CAS posted within a read
+// lease of `seen` lands before that unless the network holds it back for
+// longer than the margin (the same bound the slab deadline rests on). The
+// header and bucket READs before it in the same post show after the fact
+// what it replaced: SettleSpeculativePublish undoes a CAS that hit another
+// key and completes one that hit a duplicate of this key.
 class Prefetch {
  public:
   Prefetch(LaneOp& s, const KeyRef& key)
@@ -203,27 +228,41 @@ class Prefetch {
                                          s.ObjectReadLength(hint_->word));
     }
   }
-  uint64_t bytes() const { return kBucketPairBytes + header_bytes_; }
-  // REQUIRES: `dst` holds bytes() and stays valid until Finish().
-  void AddReads(char* dst, rdma::WorkRequests& wrs) {
+  // Staging bytes to reserve; AddRequests needs them at an 8-aligned spot.
+  uint64_t bytes() const { return 8 + kBucketPairBytes + header_bytes_; }
+  // REQUIRES: `dst` is 8-byte aligned, holds bytes() and stays valid until
+  // Finish(); the object's WRITE and flush READ are already in `wrs`.
+  void AddRequests(char* dst, const PutTarget& target,
+                   rdma::WorkRequests& wrs) {
     dst_ = dst;
-    s_.AddBucketReads(wrs, key_, dst, &out_.buckets);
-    if (hint_.has_value()) {
-      s_.AddRead(wrs, dst + kBucketPairBytes,
-                 format::DecodeSlot(hint_->word).offset, header_bytes_);
+    s_.AddBucketReads(wrs, key_, dst + 8, &out_.buckets);
+    if (!hint_.has_value()) return;
+    s_.AddRead(wrs, dst + 8 + kBucketPairBytes,
+               format::DecodeSlot(hint_->word).offset, header_bytes_);
+    const ReadStart now = ReadStartNow();
+    if (now - hint_->seen >=
+            absl::ToChronoNanoseconds(s_.node().read_lease()) ||
+        absl::Now() > target.deadline) {
+      return;  // too old to trust the word, or too late to publish
     }
+    s_.AddCas(wrs, reinterpret_cast<uint64_t*>(dst), hint_->slot_offset,
+              hint_->word, target.word);
+    wrs.back().fence = true;
+    out_.speculated = hint_;
+    out_.posted_at = now;
   }
-  // After the post completed: the buckets, and the hint if its object is
-  // this key.
+  // After the post completed: the buckets, whether the hinted object is
+  // this key, and what the speculative CAS found.
   void Finish(PutPrefetch* out) {
-    std::memcpy(out_.buckets.words, dst_, kBucketPairBytes);
+    std::memcpy(out_.buckets.words, dst_ + 8, kBucketPairBytes);
     if (hint_.has_value() &&
         format::VerifyHeaderAndKey(
-            absl::MakeConstSpan(dst_ + kBucketPairBytes, header_bytes_),
+            absl::MakeConstSpan(dst_ + 8 + kBucketPairBytes, header_bytes_),
             key_.key, key_.hash, s_.node().incarnation(),
             nullptr) == format::Verdict::kValid) {
       out_.verified_hint = hint_;
     }
+    std::memcpy(&out_.speculated_old, dst_, 8);
     *out = out_;
   }
 
@@ -236,23 +275,26 @@ class Prefetch {
   PutPrefetch out_;
 };
 
+uint64_t AlignUp8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+
 // Stages the whole object and WRITEs it, then READs its last word back on the
 // same lane: the READ flushes the WRITE into node memory before anyone can
-// reach the object through the index. The publish's first READs go in the
-// same post (into *p).
+// reach the object through the index. The prefetch goes in the same post
+// (into *p).
 absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
                                const KeyRef& key, absl::string_view value,
-                               uint64_t sequence, uint64_t offset,
+                               uint64_t sequence, const PutTarget& target,
                                uint64_t bytes, PutPrefetch* p) {
   Prefetch prefetch(s, key);
+  const uint64_t prefetch_at = AlignUp8(bytes + 8);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(bytes + 8 + prefetch.bytes()));
+                            s.Staging(prefetch_at + prefetch.bytes()));
   format::EncodeObject(staging.subspan(0, bytes), key.key, key.hash, value,
                        node.incarnation(), sequence, key.map_epoch);
   rdma::WorkRequests wrs;
-  s.AddWrite(wrs, staging.data(), offset, bytes);
-  s.AddRead(wrs, staging.data() + bytes, offset + bytes - 8, 8);
-  prefetch.AddReads(staging.data() + bytes + 8, wrs);
+  s.AddWrite(wrs, staging.data(), target.offset, bytes);
+  s.AddRead(wrs, staging.data() + bytes, target.offset + bytes - 8, 8);
+  prefetch.AddRequests(staging.data() + prefetch_at, target, wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   prefetch.Finish(p);
   return absl::OkStatus();
@@ -263,25 +305,27 @@ absl::Status WriteStagedObject(LaneOp& s, NodeConnection& node,
 absl::Status WriteGatheredObject(LaneOp& s, NodeConnection& node,
                                  const KeyRef& key, absl::string_view value,
                                  uint32_t value_lkey, uint64_t sequence,
-                                 uint64_t offset, PutPrefetch* p) {
+                                 const PutTarget& target, PutPrefetch* p) {
   uint64_t prefix = format::ValueOffset(key.key.size());
   uint64_t digests = 8 * format::DigestCount(value.size());
   Prefetch prefetch(s, key);
+  const uint64_t prefetch_at = AlignUp8(prefix + digests + 8);
   MESHPOOL_ASSIGN_OR_RETURN(absl::Span<char> staging,
-                            s.Staging(prefix + digests + 8 + prefetch.bytes()));
+                            s.Staging(prefetch_at + prefetch.bytes()));
   uint64_t checksum =
       format::EncodeObjectPrefix(staging, key.key, key.hash, value.size(),
                                  node.incarnation(), sequence, key.map_epoch);
   format::EncodeDigests(value, checksum, staging.subspan(prefix, digests));
   uint64_t digest_offset =
-      offset + format::DigestOffset(key.key.size(), value.size());
+      target.offset + format::DigestOffset(key.key.size(), value.size());
   rdma::WorkRequests wrs;
-  s.AddWrite(wrs, staging.data(), offset, prefix);
-  s.AddWrite(wrs, value.data(), offset + prefix, value.size(), value_lkey);
+  s.AddWrite(wrs, staging.data(), target.offset, prefix);
+  s.AddWrite(wrs, value.data(), target.offset + prefix, value.size(),
+             value_lkey);
   s.AddWrite(wrs, staging.data() + prefix, digest_offset, digests);
   s.AddRead(wrs, staging.data() + prefix + digests, digest_offset + digests - 8,
             8);
-  prefetch.AddReads(staging.data() + prefix + digests + 8, wrs);
+  prefetch.AddRequests(staging.data() + prefetch_at, target, wrs);
   MESHPOOL_RETURN_IF_ERROR(s.Run(wrs));
   prefetch.Finish(p);
   return absl::OkStatus();
@@ -298,15 +342,20 @@ absl::Status PutValue(NodeConnection& node, const KeyRef& key,
   for (int round = 0; round < kMaxAllocateRounds; ++round) {
     MESHPOOL_ASSIGN_OR_RETURN(NodeConnection::Allocation a,
                               node.Allocate(bytes));
+    const PutTarget target{
+        a.offset(),
+        format::EncodeSlot(format::Fingerprint(key.hash), bytes, a.offset()),
+        a.publish_deadline()};
     PutPrefetch p;
     MESHPOOL_RETURN_IF_ERROR(
         gather ? WriteGatheredObject(s, node, key, value, *value_lkey, sequence,
-                                     a.offset(), &p)
-               : WriteStagedObject(s, node, key, value, sequence, a.offset(),
-                                   bytes, &p));
-    uint64_t word =
-        format::EncodeSlot(format::Fingerprint(key.hash), bytes, a.offset());
-    absl::Status st = Publish(s, key, word, a.publish_deadline(), &p);
+                                     target, &p)
+               : WriteStagedObject(s, node, key, value, sequence, target, bytes,
+                                   &p));
+    absl::Status st =
+        p.speculated.has_value()
+            ? SettleSpeculativePublish(s, key, target.word, target.deadline, p)
+            : Publish(s, key, target.word, target.deadline, &p);
     if (!IsRetry(st, RetryReason::kAllocateAgain)) return st;
   }
   return absl::UnavailableError(

@@ -8,6 +8,9 @@
 //          READ its last word back on the same lane (flush); READ the
 //          buckets; CAS the slot holding the key (or an empty one) from the
 //          value we saw to the new object; retry the CAS step on a race.
+//          With a young slot hint, the CAS goes fenced into the post that
+//          writes the object: one round trip (kv_protocol.cc says why that
+//          is safe).
 //   DELETE CAS every slot holding the key to 0.
 //
 // Functions are thread-safe as long as the NodeConnection is; each takes a

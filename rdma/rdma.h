@@ -37,9 +37,29 @@
 //   * READ copies remote -> local, WRITE local -> remote, CAS/FAA operate on
 //     one 8-byte aligned remote word and store its previous value into the
 //     8-byte local buffer, as verbs does.
-//   * Ordering: on one endpoint, a READ posted after a WRITE observes that
-//     WRITE (the PUT protocol's flush-before-publish relies on this). Across
-//     endpoints there is no ordering.
+//   * Ordering, on one endpoint (across endpoints there is none):
+//       - a READ posted after a WRITE observes that WRITE (the PUT
+//         protocol's flush-before-publish relies on this);
+//       - a request marked `fence` executes only after every READ and
+//         atomic posted before it on the endpoint has completed at the peer
+//         (its result taken), and never once a request before it failed
+//         (it then completes with an error too). A WRITE followed by a READ
+//         of its bytes (the flush) is therefore placed, visible to every
+//         other endpoint, before a fenced request behind that READ: the
+//         one-round-trip PUT posts WRITE, flush READ and a fenced CAS that
+//         publishes the object together. What each backend does for it:
+//           tcp, uc: the responder executes one connection's requests in
+//                    order, each to the end before the next, and stops at
+//                    the first refused one (the rest are never executed);
+//           shm:     Post executes in order on the caller's thread; a
+//                    failed request breaks the endpoint before the next;
+//           verbs:   IBV_SEND_FENCE on the request (the NIC holds it until
+//                    every earlier READ and atomic has completed); an error
+//                    moves the QP to the error state, flushing the rest;
+//           sim:     executes in order at Poll; a fenced request behind a
+//                    dropped one completes Aborted, unexecuted.
+//         Without `fence`, verbs may start an atomic or READ before an
+//         earlier READ's response is back.
 //
 // Thread-safety: Transport and MemoryRegion are thread-safe. An Endpoint is
 // used by one thread at a time (callers pool endpoints as lanes).
@@ -103,6 +123,9 @@ struct WorkRequest {
   uint64_t compare_add = 0;  // CAS: expected value; FAA: addend
   uint64_t swap = 0;         // CAS: new value
   bool signaled = true;
+  // Runs only after every earlier request on the endpoint completed, and
+  // never if one failed (see "Ordering" above).
+  bool fence = false;
 };
 // The requests of one post, built per operation: a KV operation posts a
 // handful, so the first kInlineWorkRequests live inline and building them

@@ -16,7 +16,9 @@ namespace meshpool::rdma {
 
 // Faults a test can inject into the simulated fabric.
 struct SimFaults {
-  double drop_probability = 0;   // request lost: completes DeadlineExceeded
+  // A lost request completes DeadlineExceeded; every fenced request after
+  // it on that endpoint completes Aborted without executing.
+  double drop_probability = 0;
   double delay_probability = 0;  // request held back, executed later
   uint32_t max_delay_polls = 4;  // how many Poll() rounds a delay lasts
 };

@@ -162,6 +162,8 @@ class SimEndpoint : public Endpoint {
   const std::shared_ptr<SimNode> node_;
   const uint64_t generation_;
   absl::Status broken_;
+  // A request was lost: fenced requests after it never execute.
+  bool dropped_earlier_ = false;
   std::deque<Queued> queue_;
 };
 
@@ -187,9 +189,19 @@ absl::StatusOr<size_t> SimEndpoint::Poll(absl::Span<Completion> out,
       break;  // this round, nothing behind the head moves either
     }
     if (head.fate.dropped) {
+      dropped_earlier_ = true;
       Complete(&out[n++], absl::DeadlineExceededError(absl::StrCat(
                               OpcodeName(head.wr.opcode), " wr_id ",
                               head.wr.wr_id, " was lost by the fabric")));
+      continue;
+    }
+    if (head.wr.fence && dropped_earlier_) {
+      Complete(
+          &out[n++],
+          absl::AbortedError(absl::StrCat(
+              "fenced ", OpcodeName(head.wr.opcode), " wr_id ", head.wr.wr_id,
+              " not executed: a request before it on this endpoint was "
+              "lost; drop the endpoint and retry the operation")));
       continue;
     }
     if (BeforeExecute hook = fabric_->hook()) hook(node_->name, head.wr);

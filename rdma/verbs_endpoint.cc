@@ -307,6 +307,9 @@ absl::Status VerbsEndpoint::AddPieces(const WorkRequest& wr,
         w.wr.atomic.rkey = rc.rkey;
         break;
     }
+    // The first piece waits for every earlier READ and atomic; the pieces
+    // after it follow it in order.
+    if (wr.fence && left == wr.length) w.send_flags |= IBV_SEND_FENCE;
     ++*pieces;
     la += n;
     ra += n;

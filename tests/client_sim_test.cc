@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client_test_peer.h"
 #include "coordinator/coordinator.h"
 #include "format/layout.h"
@@ -69,6 +70,50 @@ class ClientSimTest : public ::testing::Test {
         });
   }
 
+  // Records every request the fabric executes until StopRecording().
+  void StartRecording() {
+    fabric_->SetBeforeExecute(
+        [this](absl::string_view, const rdma::WorkRequest& wr) {
+          absl::MutexLock lock(&recorded_mu_);
+          recorded_.push_back(wr);
+        });
+  }
+  std::vector<rdma::WorkRequest> StopRecording() {
+    fabric_->SetBeforeExecute(nullptr);
+    absl::MutexLock lock(&recorded_mu_);
+    return std::move(recorded_);
+  }
+  static std::vector<rdma::WorkRequest> Cases(
+      const std::vector<rdma::WorkRequest>& requests) {
+    std::vector<rdma::WorkRequest> out;
+    for (const rdma::WorkRequest& wr : requests) {
+      if (wr.opcode == rdma::Opcode::kCompareSwap) out.push_back(wr);
+    }
+    return out;
+  }
+
+  // The index words `key` may live in: both its buckets, in bucket order.
+  std::vector<uint64_t*> KeySlotWords(absl::string_view key) {
+    const proto::NodeInfo& info = node_->info();
+    format::BucketPair pair =
+        format::BucketsFor(format::HashKey(key), info.layout().bucket_count());
+    std::vector<uint64_t*> out;
+    for (uint64_t bucket : {pair.first, pair.second}) {
+      auto* words = reinterpret_cast<uint64_t*>(info.pool().addr() +
+                                                info.layout().index_offset() +
+                                                bucket * format::kBucketBytes);
+      for (size_t i = 0; i < format::kSlotsPerBucket; ++i) {
+        out.push_back(words + i);
+      }
+    }
+    return out;
+  }
+  static int SlotsInUse(const std::vector<uint64_t*>& slots) {
+    int n = 0;
+    for (const uint64_t* w : slots) n += *w != 0;
+    return n;
+  }
+
   // An object READ: bucket READs are exactly one bucket long.
   static bool IsObjectRead(const rdma::WorkRequest& wr) {
     return wr.opcode == rdma::Opcode::kRead &&
@@ -81,6 +126,8 @@ class ClientSimTest : public ::testing::Test {
   std::unique_ptr<Client> a_, b_;
   std::atomic<bool> in_hook_{false};
   std::atomic<int> fired_{0};
+  absl::Mutex recorded_mu_;
+  std::vector<rdma::WorkRequest> recorded_ ABSL_GUARDED_BY(recorded_mu_);
 };
 
 TEST_F(ClientSimTest, GetRetriesWhenObjectReplacedMidRead) {
@@ -245,10 +292,99 @@ TEST_F(ClientSimTest, PutNeverReplacesAnotherKeysObjectBehindAnUnchangedSlotWord
     return n;
   };
   ASSERT_EQ(count_word(), 1);
+  // A's hint is young: its CAS goes fenced in the post that writes the
+  // object and lands (the word is unchanged); the header READ before it
+  // shows another key, so A puts the word back and publishes elsewhere.
+  StartRecording();
   ASSERT_TRUE(a_->Put("k", v2).ok());
+  std::vector<rdma::WorkRequest> cases = Cases(StopRecording());
+  ASSERT_FALSE(cases.empty());
+  EXPECT_TRUE(cases.front().fence) << "the PUT did not speculate";
   EXPECT_EQ(count_word(), 1) << "the other key's slot was replaced";
   EXPECT_EQ(*b_->Get("k"), v2);
   EXPECT_EQ(*a_->Get("k"), v2);
+}
+
+// A PUT of a key whose slot this client saw within the read lease publishes
+// with a fenced CAS in the post that writes the object: one round trip.
+TEST_F(ClientSimTest, PutWithAYoungHintPublishesInTheRoundTripThatWritesIt) {
+  ASSERT_TRUE(a_->Put("k", "v1").ok());  // A's hint: the slot it published
+  StartRecording();
+  ASSERT_TRUE(a_->Put("k", "v2").ok());
+  std::vector<rdma::WorkRequest> requests = StopRecording();
+  // WRITE, flush READ, two bucket READs, the hinted header READ, the CAS.
+  ASSERT_EQ(requests.size(), 6u);
+  EXPECT_EQ(requests.front().opcode, rdma::Opcode::kWrite);
+  EXPECT_EQ(Cases(requests).size(), 1u);
+  EXPECT_EQ(requests.back().opcode, rdma::Opcode::kCompareSwap);
+  EXPECT_TRUE(requests.back().fence);
+  EXPECT_EQ(*b_->Get("k"), "v2");
+  EXPECT_EQ(SlotsInUse(KeySlotWords("k")), 1);
+  // And again from the hint that publish left.
+  ASSERT_TRUE(a_->Put("k", "v3").ok());
+  EXPECT_EQ(*b_->Get("k"), "v3");
+  EXPECT_EQ(SlotsInUse(KeySlotWords("k")), 1);
+}
+
+// The hinted slot holds a copy of the key behind its first slot (left by two
+// racing first inserts): readers see the first. A speculative CAS that
+// lands on the hidden copy must still make the PUT visible.
+TEST_F(ClientSimTest,
+       SpeculativePutThatLandsOnAHiddenDuplicateTakesTheFirstSlot) {
+  std::vector<uint64_t*> slots = KeySlotWords("k");
+  ASSERT_TRUE(a_->Put("k", "old").ok());
+  ASSERT_NE(*slots[0], 0u);
+  const uint64_t old_word = *slots[0];
+  const size_t later = slots.size() - 1;
+  // Move the key to the last slot and let A see it there (its hint).
+  *slots[later] = old_word;
+  *slots[0] = 0;
+  ASSERT_EQ(*a_->Get("k"), "old");
+  ASSERT_TRUE(b_->Put("k", "newer").ok());  // replaces the last slot
+  const uint64_t newer_word = *slots[later];
+  ASSERT_NE(newer_word, old_word);
+  // Readers now find "newer" first; the old object is a hidden duplicate
+  // in the slot A's hint names, still holding A's hinted word.
+  *slots[0] = newer_word;
+  *slots[later] = old_word;
+  ASSERT_EQ(*b_->Get("k"), "newer");
+  StartRecording();
+  ASSERT_TRUE(a_->Put("k", "mine").ok());
+  std::vector<rdma::WorkRequest> cases = Cases(StopRecording());
+  ASSERT_FALSE(cases.empty());
+  EXPECT_TRUE(cases.front().fence) << "the PUT did not speculate";
+  EXPECT_EQ(*b_->Get("k"), "mine");
+  EXPECT_EQ(*a_->Get("k"), "mine");
+  EXPECT_EQ(SlotsInUse(slots), 1) << "the duplicate was left behind";
+  ASSERT_TRUE(a_->Delete("k").ok());
+  EXPECT_FALSE(*b_->Exists("k"));
+}
+
+// Lost requests in a one-round-trip PUT: the fenced CAS never runs behind a
+// lost WRITE or flush, so the key always reads as a value that was put.
+TEST_F(ClientSimTest, HintedPutsWithLostRequestsNeverPublishAnUnwrittenObject) {
+  std::string current = "v-start";
+  ASSERT_TRUE(a_->Put("k", current).ok());
+  rdma::SimFaults faults;
+  faults.drop_probability = 0.2;
+  int failed = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::string value = absl::StrCat("v", i, std::string(200, 'x'));
+    fabric_->SetFaults(faults);
+    absl::Status put = a_->Put("k", value);
+    fabric_->SetFaults({});
+    absl::StatusOr<std::string> got = b_->Get("k");
+    ASSERT_TRUE(got.ok()) << "after put " << i << " (" << put
+                          << "): " << got.status();
+    if (put.ok()) {
+      EXPECT_EQ(*got, value) << "put " << i;
+    } else {
+      ++failed;
+      EXPECT_TRUE(*got == value || *got == current) << "put " << i;
+    }
+    current = *got;
+  }
+  EXPECT_GT(failed, 0) << "no request was lost";
 }
 
 // True when `wr` moves bytes straight to or from `buffer`.
@@ -423,6 +559,19 @@ TEST_F(ShortLeaseSimTest, GetSlowerThanTheReadLeaseIsUnavailableNotDataLoss) {
       << v.status();
   fabric_->SetBeforeExecute(nullptr);
   EXPECT_EQ(*a_->Get("k"), std::string(1000, 'v'));
+}
+
+// A hint older than the read lease may name a slot whose object was
+// reclaimed and reused: such a PUT publishes after reading, unfenced.
+TEST_F(ShortLeaseSimTest, PutWithAHintOlderThanTheReadLeaseDoesNotSpeculate) {
+  ASSERT_TRUE(a_->Put("k", "v1").ok());
+  absl::SleepFor(absl::Milliseconds(60));  // three read leases
+  StartRecording();
+  ASSERT_TRUE(a_->Put("k", "v2").ok());
+  std::vector<rdma::WorkRequest> cases = Cases(StopRecording());
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_FALSE(cases.front().fence);
+  EXPECT_EQ(*b_->Get("k"), "v2");
 }
 
 TEST_F(ShortLeaseSimTest, PutWhoseLeaseEndsBeforeItsCasWritesAgainInANewSlab) {

@@ -574,6 +574,107 @@ TEST_P(TransportConformanceTest, ReadAfterWriteOnOneEndpointSeesTheWrite) {
   }
 }
 
+// The one-round-trip PUT's shape: WRITE an object, READ its last word
+// back (the flush), and publish it with a fenced CAS, all in one post. A
+// reader on another endpoint that sees the published word must find the
+// whole object in place.
+TEST_P(TransportConformanceTest,
+       FencedCasBehindAWriteAndItsFlushPublishesOnlyPlacedBytes) {
+  constexpr int kRounds = 64;
+  constexpr uint32_t kObject = 64 << 10;
+  constexpr uint64_t kFlag = 0, kArea = 1 << 20;
+  auto writer = Connect();
+  auto reader = Connect();
+  ASSERT_TRUE(writer != nullptr && reader != nullptr);
+  *node_word(kFlag) = 0;
+  auto word_of = [](int round, uint32_t i) {
+    return (uint64_t{static_cast<uint32_t>(round)} << 32) | i;
+  };
+  // Every buffer comes from the (single-threaded) arena up front.
+  std::vector<uint64_t*> objects;
+  for (int r = 1; r <= kRounds; ++r) {
+    uint64_t* o = Local<uint64_t>(kObject / 8);
+    for (uint32_t i = 0; i < kObject / 8; ++i) o[i] = word_of(r, i);
+    objects.push_back(o);
+  }
+  uint64_t* flushed = Local<uint64_t>(1);
+  uint64_t* old = Local<uint64_t>(1);
+  uint64_t* seen_flag = Local<uint64_t>(1);
+  uint64_t* seen = Local<uint64_t>(kObject / 8);
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, checked{0};
+  std::thread watch([&] {
+    std::vector<Completion> c(2);
+    while (!done.load()) {
+      if (!PostAndWait(*reader,
+                       {Request(Opcode::kRead, 1, seen_flag, 8, kFlag)},
+                       absl::MakeSpan(c), kTimeout)
+               .ok()) {
+        ++torn;
+        return;
+      }
+      const int r = static_cast<int>(*seen_flag);
+      if (r == 0) continue;
+      if (!PostAndWait(*reader,
+                       {Request(Opcode::kRead, 2, seen, kObject,
+                                kArea + uint64_t{kObject} * r)},
+                       absl::MakeSpan(c), kTimeout)
+               .ok()) {
+        ++torn;
+        return;
+      }
+      for (uint32_t i = 0; i < kObject / 8; ++i) {
+        if (seen[i] != word_of(r, i)) {
+          ++torn;
+          break;
+        }
+      }
+      ++checked;
+    }
+  });
+  for (int r = 1; r <= kRounds; ++r) {
+    // Let the reader see at least one object before the last round.
+    const absl::Time wait_until = absl::Now() + absl::Seconds(10);
+    while (r == kRounds && checked.load() == 0 && torn.load() == 0 &&
+           absl::Now() < wait_until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    const uint64_t at = kArea + uint64_t{kObject} * r;
+    WorkRequest publish = Atomic(Opcode::kCompareSwap, 3, old, kFlag, r - 1, r);
+    publish.fence = true;
+    absl::Status st =
+        Run(*writer,
+            {Request(Opcode::kWrite, 1, objects[r - 1], kObject, at),
+             Request(Opcode::kRead, 2, flushed, 8, at + kObject - 8), publish});
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(*old, static_cast<uint64_t>(r - 1));
+  }
+  done = true;
+  watch.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(checked.load(), 0) << "the reader never saw a published object";
+  EXPECT_EQ(*node_word(kFlag), static_cast<uint64_t>(kRounds));
+  std::cout << "reader checked " << checked.load() << " published objects"
+            << std::endl;
+}
+
+// A fenced request never runs once a request before it failed: a PUT whose
+// object WRITE was refused must not publish it.
+TEST_P(TransportConformanceTest, FencedCasBehindARefusedWriteNeverExecutes) {
+  auto ep = Connect();
+  ASSERT_NE(ep, nullptr);
+  *node_word(256) = 5;
+  uint8_t* data = RandomLocal(16);
+  uint64_t* old = Local<uint64_t>(1);
+  WorkRequest publish = Atomic(Opcode::kCompareSwap, 2, old, 256, 5, 6);
+  publish.fence = true;
+  absl::Status status =
+      Run(*ep, {Request(Opcode::kWrite, 1, data, 16, kNodeBytes - 8), publish});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_FALSE(completions_[1].status.ok());
+  EXPECT_EQ(*node_word(256), 5u) << "the fenced CAS ran behind a refusal";
+}
+
 TEST_P(TransportConformanceTest, CompareSwapSucceedsAndFailsReturningOldValue) {
   auto ep = Connect();
   ASSERT_NE(ep, nullptr);

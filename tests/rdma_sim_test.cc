@@ -129,6 +129,37 @@ TEST(SimFabricTest, DroppedRequestCompletesDeadlineExceededAndDoesNotExecute) {
   EXPECT_EQ(sim.memory[0], 0x1234u);
 }
 
+// A fenced request never runs behind a lost one (the one-round-trip PUT
+// must not publish an object whose WRITE was lost); an unfenced one does.
+TEST(SimFabricTest, FencedRequestBehindADroppedOneCompletesAbortedUnexecuted) {
+  SimSetup sim(TestSeed());
+  SimFaults faults;
+  faults.drop_probability = 1;
+  sim.fabric->SetFaults(faults);
+  uint64_t value = 0x1234;
+  ASSERT_TRUE(
+      sim.endpoint->Post({sim.Request(Opcode::kWrite, 1, &value, 8, 0)}).ok());
+  faults.drop_probability = 0;
+  sim.fabric->SetFaults(faults);
+  uint64_t old[2] = {0, 0};
+  WorkRequest unfenced = sim.Request(Opcode::kCompareSwap, 2, &old[0], 8, 8);
+  unfenced.compare_add = 0;
+  unfenced.swap = 7;
+  WorkRequest fenced = sim.Request(Opcode::kCompareSwap, 3, &old[1], 8, 16);
+  fenced.compare_add = 0;
+  fenced.swap = 9;
+  fenced.fence = true;
+  ASSERT_TRUE(sim.endpoint->Post({unfenced, fenced}).ok());
+  while (sim.done.size() < 3) ASSERT_GT(sim.PollOnce(), 0u);
+  EXPECT_EQ(sim.done[0].status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(sim.done[1].status.ok()) << sim.done[1].status;
+  EXPECT_EQ(sim.done[2].status.code(), absl::StatusCode::kAborted)
+      << sim.done[2].status;
+  EXPECT_EQ(sim.memory[0], 0u);
+  EXPECT_EQ(sim.memory[1], 7u) << "an unfenced CAS runs behind the loss";
+  EXPECT_EQ(sim.memory[2], 0u) << "the fenced CAS ran behind a lost request";
+}
+
 TEST(SimFabricTest, DelayHoldsTheHeadForMaxDelayPollsAndKeepsFifoOrder) {
   SimSetup sim(TestSeed());
   SimFaults faults;
