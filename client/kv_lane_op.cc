@@ -219,6 +219,7 @@ absl::StatusOr<bool> CasOnce(LaneOp& s, uint64_t slot_offset, uint64_t expected,
 absl::Status SettleLandedPublish(LaneOp& s, const KeyRef& key, uint64_t word,
                                  absl::Time deadline) {
   for (int round = 0; round < kMaxPublishRounds; ++round) {
+    const ReadStart read_at = ReadStartNow();
     Buckets b;
     MESHPOOL_RETURN_IF_ERROR(s.ReadBuckets(key, &b));
     absl::StatusOr<std::vector<int>> mine = s.FindKeySlots(key, b);
@@ -229,7 +230,10 @@ absl::Status SettleLandedPublish(LaneOp& s, const KeyRef& key, uint64_t word,
     if (ours == mine->end()) return absl::OkStatus();
     const int first = mine->front();
     bool moved = ours == mine->begin();
-    if (!moved) {
+    if (moved) {
+      s.node().slot_cache().Remember(key.hash, b.slot_offset[first], word,
+                                     read_at);
+    } else {
       // Another copy of the key comes first. Move ours there, in time.
       if (absl::Now() > deadline) {
         return absl::UnavailableError(absl::StrCat(
@@ -273,14 +277,18 @@ absl::Status SettleSpeculativePublish(LaneOp& s, const KeyRef& key,
     return Publish(s, key, word, deadline, slot >= 0 ? &fresh : nullptr);
   }
   // Landed. The common case: the hinted object is the key's, and the
-  // buckets, read just before the CAS ran, show that slot first among the
-  // key's candidates, holding the hinted word.
-  int first = -1;
-  if (p.verified_hint.has_value() &&
-      HintHolds(key, p.buckets, s.node().layout(), p.speculated, &first)) {
-    s.node().slot_cache().Remember(key.hash, hint.slot_offset, word,
-                                   p.posted_at);
-    return absl::OkStatus();
+  // buckets show that slot first among the key's candidates, holding the
+  // hinted word (read before the CAS ran) or ours (tcp copies a READ's
+  // bytes when it sends the response, which may be after the CAS).
+  if (p.verified_hint.has_value() && slot >= 0) {
+    const SlotList candidates = p.buckets.Candidates(key, s.node().layout());
+    const uint64_t seen = p.buckets.words[slot];
+    if (!candidates.empty() && candidates.front() == slot &&
+        (seen == hint.word || seen == word)) {
+      s.node().slot_cache().Remember(key.hash, hint.slot_offset, word,
+                                     p.posted_at);
+      return absl::OkStatus();
+    }
   }
   if (!p.verified_hint.has_value()) {
     // The slot held its word but the object behind it was not this key's:

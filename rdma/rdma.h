@@ -39,7 +39,11 @@
 //     8-byte local buffer, as verbs does.
 //   * Ordering, on one endpoint (across endpoints there is none):
 //       - a READ posted after a WRITE observes that WRITE (the PUT
-//         protocol's flush-before-publish relies on this);
+//         protocol's flush-before-publish relies on this); a READ may also
+//         observe requests posted after it (tcp copies a READ's bytes from
+//         memory when it sends the response, after executing what followed
+//         in the same pipeline), so callers never infer from a READ that a
+//         later request has not run;
 //       - a request marked `fence` executes only after every READ and
 //         atomic posted before it on the endpoint has completed at the peer
 //         (its result taken), and never once a request before it failed
@@ -55,7 +59,10 @@
 //                    failed request breaks the endpoint before the next;
 //           verbs:   IBV_SEND_FENCE on the request (the NIC holds it until
 //                    every earlier READ and atomic has completed); an error
-//                    moves the QP to the error state, flushing the rest;
+//                    moves the QP to the error state, flushing the rest.
+//                    Soft-RoCE (rxe) gets no flag: its responder executes
+//                    in order, placing WRITEs first, and its requester's
+//                    fence can stall (rdma/verbs_endpoint.cc);
 //           sim:     executes in order at Poll; a fenced request behind a
 //                    dropped one completes Aborted, unexecuted.
 //         Without `fence`, verbs may start an atomic or READ before an

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -118,6 +119,10 @@ class VerbsEndpoint : public Endpoint {
   bool healthy() const override { return broken_.ok(); }
 
  private:
+  // Soft-RoCE (an rxe device): fenced requests go without IBV_SEND_FENCE
+  // (verbs_endpoint.cc says why that keeps the contract).
+  bool SoftRoce() const { return absl::StartsWith(setup_.device->name, "rxe"); }
+
   // A fixed-capacity FIFO (no allocation on the data path).
   template <typename T>
   class Ring {
