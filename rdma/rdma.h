@@ -130,8 +130,8 @@ struct WorkRequest {
   uint64_t compare_add = 0;  // CAS: expected value; FAA: addend
   uint64_t swap = 0;         // CAS: new value
   bool signaled = true;
-  // Runs only after every earlier request on the endpoint completed, and
-  // never if one failed (see "Ordering" above).
+  // Runs only after every earlier READ and atomic on the endpoint completed,
+  // and never once an earlier request failed (see "Ordering" above).
   bool fence = false;
 };
 // The requests of one post, built per operation: a KV operation posts a

@@ -308,15 +308,15 @@ absl::Status VerbsEndpoint::AddPieces(const WorkRequest& wr,
         break;
     }
     // The first piece waits for every earlier READ and atomic; the pieces
-    // after it follow it in order. Soft-RoCE gets no fence flag: its
-    // requester can lose the wake-up that releases a fenced request (seen
-    // as a PUT stalled until its op timeout about once in 10,000 in the
-    // VM), and its responder executes a QP's requests in order in one
-    // kernel context, placing a WRITE's bytes before it runs what follows;
-    // after a refused request it runs nothing more. (A Soft-RoCE client of
-    // a hardware node therefore leans on in-order execution there; a
-    // reader that still found the object early would fail its digests and
-    // read again.)
+    // after it follow it in order. Soft-RoCE gets no fence flag: with it,
+    // a fenced request sometimes never went out (a PUT stalled until its op
+    // timeout about once in 10,000 in the VM; a lost wake-up in rxe's
+    // requester, we think), and its responder executes a QP's requests in
+    // order in one kernel context, placing a WRITE's bytes before it runs
+    // what follows; after a refused request it runs nothing more. (A
+    // Soft-RoCE client of a hardware node therefore leans on in-order
+    // execution there; a reader that still found the object early would
+    // fail its digests and read again.)
     if (wr.fence && left == wr.length && !SoftRoce()) {
       w.send_flags |= IBV_SEND_FENCE;
     }
