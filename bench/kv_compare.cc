@@ -503,6 +503,12 @@ absl::Status Run(const Options& o, Report& report) {
     MESHPOOL_ASSIGN_OR_RETURN(
         report.memcpy_bytes_s,
         MeasureMemcpy(o.threads, o.memcpy_bytes, o.seconds));
+    for (uint64_t block : o.block_sizes) {
+      MESHPOOL_ASSIGN_OR_RETURN(
+          report.copy_digest_bytes_s[block],
+          MeasureCopyAndDigest(o.threads, std::max(o.memcpy_bytes, block),
+                               block, o.seconds));
+    }
   }
   PrintHeader(report, stdout);
   // Sessions go before their systems (KvSystem's contract).

@@ -167,11 +167,23 @@ echo "kv_compare.sh: $(redis-server --version 2> /dev/null | cut -d' ' -f1-3);" 
   "meshpool ${NODES:-3} nodes x ${CAPACITY:-2GiB} over ${TRANSPORT:-tcp};" \
   "$(nproc) CPUs"
 rc=0
+# The smoke run also writes the JSON report and checks that it parses.
+smoke_json=""
+if [ "${SMOKE:-0}" = 1 ]; then
+  smoke_json="$tmp/kv_compare.json"
+  args+=(--json "$smoke_json")
+fi
 # In the background, so a signal to this script runs the traps at once; the
 # driver is stopped first.
 "$bench" "${args[@]}" "$@" &
 pids=("$!" "${pids[@]}")
 wait "${pids[0]}" || rc=$?
+if [ "$rc" -eq 0 ] && [ -n "$smoke_json" ] &&
+  ! /usr/bin/python3 -m json.tool "$smoke_json" > /dev/null; then
+  echo "kv_compare.sh: the --json report is not valid JSON:" >&2
+  cat "$smoke_json" >&2
+  rc=1
+fi
 if [ "$rc" -ne 0 ] && want meshpool; then
   echo "kv_compare.sh: the meshpool cluster's log:" >&2
   tail -n 40 "$tmp/meshpool.log" >&2 || true

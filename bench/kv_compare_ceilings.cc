@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "common/json.h"
+#include "format/layout.h"
+#include "xxhash.h"
 
 extern char** environ;
 
@@ -178,11 +181,18 @@ absl::StatusOr<double> MeasureIperf3(const std::string& binary,
   return bits / 8;
 }
 
-absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
-                                     double seconds) {
+namespace {
+
+// Runs `threads` threads, each with its own source and destination of
+// `bytes_per_thread`, calling pass(src, dst, bytes) over and over for
+// `seconds`; returns bytes passed per second, all threads together.
+template <typename Pass>
+absl::StatusOr<double> MeasurePasses(int threads, uint64_t bytes_per_thread,
+                                     double seconds, const char* what,
+                                     Pass pass) {
   if (threads < 1 || bytes_per_thread < kMinMemcpyBytes || !(seconds > 0)) {
-    return absl::InvalidArgumentError(
-        "memcpy needs threads >= 1, at least 1 MiB per thread, seconds > 0");
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " needs threads >= 1, at least 1 MiB per thread, seconds > 0"));
   }
   struct Buffers {
     std::unique_ptr<char[]> src, dst;
@@ -194,7 +204,7 @@ absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
     if (b.src == nullptr || b.dst == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate 2 x ", FormatSize(bytes_per_thread), " x ", threads,
-          " for the memcpy ceiling (lower --memcpy-bytes)"));
+          " for the ", what, " ceiling (lower --memcpy-bytes)"));
     }
     // Fault every page in before timing.
     std::memset(b.src.get(), 0x5a, bytes_per_thread);
@@ -203,18 +213,17 @@ absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
   using Clock = std::chrono::steady_clock;
   absl::Notification go;
   Clock::time_point deadline;  // written before go is notified
-  std::vector<uint64_t> copies(buffers.size(), 0);
+  std::vector<uint64_t> passes(buffers.size(), 0);
   std::vector<std::thread> workers;
   for (size_t t = 0; t < buffers.size(); ++t) {
     workers.emplace_back([&, t] {
       go.WaitForNotification();
       uint64_t n = 0;
       do {
-        std::memcpy(buffers[t].dst.get(), buffers[t].src.get(),
-                    bytes_per_thread);
+        pass(buffers[t].src.get(), buffers[t].dst.get(), bytes_per_thread);
         ++n;
       } while (Clock::now() < deadline);
-      copies[t] = n;
+      passes[t] = n;
     });
   }
   const Clock::time_point start = Clock::now();
@@ -225,8 +234,49 @@ absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
   const double wall =
       std::chrono::duration<double>(Clock::now() - start).count();
   uint64_t total = 0;
-  for (uint64_t n : copies) total += n * bytes_per_thread;
+  for (uint64_t n : passes) total += n * bytes_per_thread;
   return static_cast<double>(total) / wall;
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
+                                     double seconds) {
+  return MeasurePasses(
+      threads, bytes_per_thread, seconds, "memcpy",
+      [](const char* src, char* dst, uint64_t n) { std::memcpy(dst, src, n); });
+}
+
+absl::StatusOr<double> MeasureCopyAndDigest(int threads,
+                                            uint64_t bytes_per_thread,
+                                            uint64_t block_bytes,
+                                            double seconds) {
+  if (block_bytes == 0 || block_bytes > bytes_per_thread) {
+    return absl::InvalidArgumentError(
+        "memcpy+XXH3 needs a block of at least 1 byte and at most the buffer");
+  }
+  std::atomic<uint64_t> sink{0};  // keeps the digests from being optimized out
+  absl::StatusOr<double> rate = MeasurePasses(
+      threads, bytes_per_thread, seconds, "memcpy+XXH3",
+      [&](const char* src, char* dst, uint64_t n) {
+        uint64_t x = 0;
+        for (uint64_t at = 0; at + block_bytes <= n; at += block_bytes) {
+          std::memcpy(dst + at, src + at, block_bytes);
+          for (uint64_t c = 0; c < block_bytes;
+               c += format::kDigestChunkBytes) {
+            x ^= XXH3_64bits_withSeed(
+                dst + at + c,
+                std::min<uint64_t>(format::kDigestChunkBytes, block_bytes - c),
+                c);
+          }
+        }
+        sink.fetch_xor(x, std::memory_order_relaxed);
+      });
+  if (!rate.ok()) return rate;
+  // Whole blocks only were passed: scale to the bytes actually moved.
+  return *rate *
+         static_cast<double>(bytes_per_thread / block_bytes * block_bytes) /
+         static_cast<double>(bytes_per_thread);
 }
 
 }  // namespace meshpool::bench

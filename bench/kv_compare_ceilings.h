@@ -9,6 +9,11 @@
 //   MeasureMemcpy: `threads` threads each memcpy their own buffer of
 //     `bytes_per_thread` (larger than the caches) over and over for
 //     `seconds`; returns bytes copied per second, all threads together.
+//   MeasureCopyAndDigest: the same, but each thread copies its buffer one
+//     `block_bytes` block at a time and, after each block, digests the copy
+//     with XXH3 in the store's digest chunks (format::kDigestChunkBytes):
+//     what a verified GET over shared memory does with a block (copy out
+//     of the pool, then check the value's digests).
 //
 // Thread-compatible: call from one thread (each starts its own threads or
 // process and waits for them).
@@ -36,6 +41,13 @@ absl::StatusOr<double> MeasureIperf3(const std::string& binary,
 // for threads < 1, bytes_per_thread < 1 MiB or seconds <= 0.
 absl::StatusOr<double> MeasureMemcpy(int threads, uint64_t bytes_per_thread,
                                      double seconds);
+
+// As MeasureMemcpy; also InvalidArgument when block_bytes is 0 or larger
+// than bytes_per_thread.
+absl::StatusOr<double> MeasureCopyAndDigest(int threads,
+                                            uint64_t bytes_per_thread,
+                                            uint64_t block_bytes,
+                                            double seconds);
 
 }  // namespace meshpool::bench
 

@@ -83,6 +83,13 @@ std::vector<std::pair<std::string, std::optional<double>>> Ratios(
     out.emplace_back(
         absl::StrCat(name, "/memcpy(", report.threads, " threads)"),
         over(mesh, gb(report.memcpy_bytes_s)));
+    if (auto it = report.copy_digest_bytes_s.find(block);
+        it != report.copy_digest_bytes_s.end() &&
+        std::string(name) == "meshpool-shm") {
+      out.emplace_back(
+          absl::StrCat(name, "/memcpy+xxh3(", report.threads, " threads)"),
+          over(mesh, gb(it->second)));
+    }
   }
   return out;
 }
@@ -103,6 +110,11 @@ void PrintHeader(const Report& r, FILE* out) {
                 "threads: %s\n",
                 r.threads, gbs(r.iperf3_bytes_s), r.threads,
                 gbs(r.memcpy_bytes_s));
+  for (const auto& [block, rate] : r.copy_digest_bytes_s) {
+    absl::FPrintF(out,
+                  "ceiling: memcpy + XXH3 of each %s block, %d threads: %s\n",
+                  FormatSize(block), r.threads, gbs(rate));
+  }
   std::fflush(out);
 }
 
@@ -155,7 +167,14 @@ absl::Status WriteJson(const Report& r, const absl::Status& outcome,
   absl::StrAppend(&j, "  \"ceilings\": {\"iperf3_streams\": ", r.threads,
                   ", \"iperf3_gb_s\": ", gb(r.iperf3_bytes_s),
                   ", \"memcpy_threads\": ", r.threads,
-                  ", \"memcpy_gb_s\": ", gb(r.memcpy_bytes_s), "},\n");
+                  ", \"memcpy_gb_s\": ", gb(r.memcpy_bytes_s));
+  std::vector<std::string> copy_digest;
+  for (const auto& [block, rate] : r.copy_digest_bytes_s) {
+    copy_digest.push_back(absl::StrFormat("{\"block_bytes\": %d, \"gb_s\": %s}",
+                                          block, Number(rate / 1e9)));
+  }
+  absl::StrAppend(&j, ", \"memcpy_xxh3\": [", absl::StrJoin(copy_digest, ", "),
+                  "]},\n");
   std::vector<std::string> rows, ratios;
   std::vector<uint64_t> blocks;
   for (const Row& row : r.rows) {
@@ -172,13 +191,14 @@ absl::Status WriteJson(const Report& r, const absl::Status& outcome,
   }
   for (uint64_t block : blocks) {
     for (bool get : {true, false}) {
-      std::vector<std::string> kv;
+      // Members after block_bytes and op; none when no meshpool row.
+      std::string kv;
       for (const auto& [name, v] : Ratios(r, block, get)) {
-        kv.push_back(absl::StrCat(JsonQuote(name), ": ", Number(v)));
+        absl::StrAppend(&kv, ", ", JsonQuote(name), ": ", Number(v));
       }
       ratios.push_back(
-          absl::StrFormat("    {\"block_bytes\": %d, \"op\": \"%s\", %s}",
-                          block, get ? "get" : "put", absl::StrJoin(kv, ", ")));
+          absl::StrFormat("    {\"block_bytes\": %d, \"op\": \"%s\"%s}", block,
+                          get ? "get" : "put", kv));
     }
   }
   absl::StrAppend(&j, "  \"results\": [\n", absl::StrJoin(rows, ",\n"),

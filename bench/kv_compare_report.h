@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +36,8 @@ struct Report {
   std::vector<std::string> systems;      // what was reached
   std::optional<double> iperf3_bytes_s;  // with `threads` streams
   std::optional<double> memcpy_bytes_s;  // with `threads` threads
+  // memcpy + XXH3 of each copied block, per block size, `threads` threads.
+  std::map<uint64_t, double> copy_digest_bytes_s;
   std::vector<Row> rows;
 };
 
