@@ -1,8 +1,9 @@
 // kv_compare: the side-by-side KV-cache benchmark of issue 4. The same
 // workload against Redis, memcached and a meshpool cluster, with the same
 // client concurrency, next to the machine's ceilings measured in the same
-// run (iperf3 over loopback with as many streams as client threads, and
-// memcpy with as many threads).
+// run (iperf3 over loopback with as many streams as client threads,
+// memcpy with as many threads, and per block size memcpy + XXH3 of each
+// copied block: the work of a verified GET over shared memory).
 //
 // Workload, per block size: every client thread repeats rounds of a batched
 // PUT of --batch blocks, then a batched GET of the same keys, and checks
