@@ -107,6 +107,10 @@ void ClientTestPeer::StopRenewingSessions(Client& client) {
   client.impl_->core()->AbandonSessions();
 }
 
+void ClientTestPeer::IgnoreMapWatch(Client& client) {
+  client.impl_->core()->IgnoreMapWatch();
+}
+
 absl::StatusOr<std::unique_ptr<Client::RegisteredBuffer>>
 Client::RegisterBuffer(void* addr, size_t length) {
   return impl_->core()->Register(addr, length);

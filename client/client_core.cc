@@ -276,6 +276,7 @@ std::vector<std::string> ClientCore::CandidateAddresses(
 // watch's previous map: the watch delivers in order, so that means the
 // coordinator restarted and counts again from scratch.
 void ClientCore::OnMap(const proto::ClusterMap& map, bool from_watch) {
+  if (from_watch && map_watch_ignored_.load()) return;
   // The bucket table is built outside the lock, from the current one (the
   // same result as from scratch, cheaper when few nodes changed).
   std::shared_ptr<const placement::BucketTable> previous;

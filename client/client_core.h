@@ -91,6 +91,10 @@ class ClientCore {
   // never close them, so the nodes expire them (and drop their pins).
   void AbandonSessions();
 
+  // Tests: maps the watch delivers are dropped from now on, as if the
+  // watch stream were slow; RefreshMap still fetches the current map.
+  void IgnoreMapWatch() { map_watch_ignored_ = true; }
+
   // Calls fn on every connection this client holds now.
   void ForEachConnection(const std::function<void(NodeConnection&)>& fn);
 
@@ -148,6 +152,7 @@ class ClientCore {
   // routed there (null before). Cleared with every new map_.
   std::vector<std::shared_ptr<NodeConnection>> routed_ ABSL_GUARDED_BY(mu_);
   uint64_t last_watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> map_watch_ignored_{false};  // IgnoreMapWatch
   // Connections go before the transport they use.
   absl::flat_hash_map<std::string, std::shared_ptr<NodeConnection>> connections_
       ABSL_GUARDED_BY(mu_);

@@ -25,6 +25,11 @@ class ClientTestPeer {
   // sessions and will not close them, so its pins lapse one session lease
   // later. Data calls keep working.
   static void StopRenewingSessions(Client& client);
+
+  // The client stops adopting the maps its watch delivers, as if the watch
+  // stream lagged: it learns of joins and deaths only when a call of its
+  // own fetches the map again.
+  static void IgnoreMapWatch(Client& client);
 };
 
 }  // namespace meshpool

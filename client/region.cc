@@ -137,6 +137,10 @@ class RegionImpl : public Region {
   std::shared_ptr<const Shape> NewerShape(const Shape& shape);
   absl::Status Transfer(TransferKind kind, uint64_t offset, char* local,
                         uint64_t length);
+  // VerifyKnown's work against one liveness (arguments checked already).
+  absl::Status VerifyWith(const Liveness& liveness, uint64_t offset,
+                          absl::Span<const char> data,
+                          absl::Span<const KnownDigest> known);
   // `failed` (optional) receives the nodes that failed Unavailable.
   absl::Status TransferWith(const Liveness& liveness, TransferKind kind,
                             uint64_t offset, char* local, uint64_t length,
@@ -395,6 +399,25 @@ absl::Status RegionImpl::VerifyKnown(uint64_t offset,
   if (data.empty()) return absl::OkStatus();
   MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const Liveness> liveness,
                             Resolve());
+  absl::Status s = VerifyWith(*liveness, offset, data, known);
+  if (s.code() != absl::StatusCode::kUnavailable) return s;
+  // A node did not answer. If the coordinator already declared it dead
+  // (this client's map watch has not told it yet), its copies are not live
+  // copies: verify the live ones, and those a repair made, once more.
+  // Still listed alive: it may hold a live copy that cannot be checked, so
+  // the caller hears Unavailable.
+  if (!core_->RefreshMap().ok()) return s;
+  absl::StatusOr<std::shared_ptr<const Liveness>> again = Resolve();
+  if (!again.ok() || ((*again)->shape == liveness->shape &&
+                      (*again)->live == liveness->live)) {
+    return s;
+  }
+  return VerifyWith(**again, offset, data, known);
+}
+
+absl::Status RegionImpl::VerifyWith(const Liveness& liveness, uint64_t offset,
+                                    absl::Span<const char> data,
+                                    absl::Span<const KnownDigest> known) {
   // Every live copy of every stripe the range touches, by node.
   std::vector<
       std::pair<std::shared_ptr<NodeConnection>, std::vector<VerifyPiece>>>
@@ -404,10 +427,10 @@ absl::Status RegionImpl::VerifyKnown(uint64_t offset,
   auto add_span = [&](uint64_t from, uint64_t length,
                       std::optional<uint64_t> digest) {
     return ForEachLiveCopy(
-        *liveness, offset + from, length, /*all_copies=*/true,
+        liveness, offset + from, length, /*all_copies=*/true,
         [&](int extent, uint64_t at, uint64_t pool_offset, uint64_t n,
             uint64_t stripe) {
-          const std::shared_ptr<NodeConnection>& node = liveness->live[extent];
+          const std::shared_ptr<NodeConnection>& node = liveness.live[extent];
           auto it =
               std::find_if(by_node.begin(), by_node.end(),
                            [&](const auto& e) { return e.first == node; });

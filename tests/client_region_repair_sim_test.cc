@@ -77,6 +77,24 @@ class RegionRepairSimTest : public ::testing::Test {
     return s;
   }
 
+  // A region of kRegionBytes with two copies of every stripe, holding
+  // fresh random bytes (returned in *data). Null (after a test failure)
+  // when it cannot be made.
+  std::unique_ptr<Region> CreateWritten(const std::string& name,
+                                        std::string* data) {
+    RegionOptions options;
+    options.stripe_bytes = kStripeBytes;
+    options.replicas = 2;
+    auto region = CreateRegion(*client_, name, kRegionBytes, options);
+    EXPECT_TRUE(region.ok()) << region.status();
+    if (!region.ok()) return nullptr;
+    *data = RandomBytes(kRegionBytes);
+    absl::Status written = (*region)->Write(0, *data);
+    EXPECT_TRUE(written.ok()) << written;
+    if (!written.ok()) return nullptr;
+    return *std::move(region);
+  }
+
   // The nodes holding any of `name`'s copies.
   std::set<std::string> Holders(const std::string& name) {
     auto regions = ListRegions(*client_, name);
@@ -113,13 +131,9 @@ class RegionRepairSimTest : public ::testing::Test {
 };
 
 TEST_F(RegionRepairSimTest, KilledNodesCopiesComeBackWhileReadsNeverFail) {
-  RegionOptions options;
-  options.stripe_bytes = kStripeBytes;
-  options.replicas = 2;
-  auto region = CreateRegion(*client_, "model", kRegionBytes, options);
-  ASSERT_TRUE(region.ok()) << region.status();
-  const std::string data = RandomBytes(kRegionBytes);
-  ASSERT_TRUE((*region)->Write(0, data).ok());
+  std::string data;
+  std::unique_ptr<Region> region = CreateWritten("model", &data);
+  ASSERT_NE(region, nullptr);
   const std::set<std::string> before = Holders("model");
   ASSERT_EQ(before.size(), static_cast<size_t>(kNodes))
       << "placed on every node";
@@ -168,7 +182,7 @@ TEST_F(RegionRepairSimTest, KilledNodesCopiesComeBackWhileReadsNeverFail) {
   Kill(2);
   AwaitHealth("model", RegionHealthState::kDegraded);
   std::string out(kRegionBytes, '\0');
-  for (Region* r : {region->get(), reader_region->get()}) {
+  for (Region* r : {region.get(), reader_region->get()}) {
     absl::Status s = r->Read(0, absl::MakeSpan(out));
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(out, data);
@@ -183,29 +197,41 @@ TEST_F(RegionRepairSimTest, KilledNodesCopiesComeBackWhileReadsNeverFail) {
 }
 
 TEST_F(RegionRepairSimTest, ReadUsesAnotherCopyBeforeTheCoordinatorKnows) {
-  RegionOptions options;
-  options.stripe_bytes = kStripeBytes;
-  options.replicas = 2;
-  auto region = CreateRegion(*client_, "r", kRegionBytes, options);
-  ASSERT_TRUE(region.ok()) << region.status();
-  const std::string data = RandomBytes(kRegionBytes);
-  ASSERT_TRUE((*region)->Write(0, data).ok());
+  std::string data;
+  std::unique_ptr<Region> region = CreateWritten("r", &data);
+  ASSERT_NE(region, nullptr);
   // The node's memory is gone; the coordinator has not noticed.
   cluster_->fabric().KillNode(NodeName(0));
   std::string out(kRegionBytes, '\0');
-  absl::Status s = (*region)->Read(0, absl::MakeSpan(out));
+  absl::Status s = region->Read(0, absl::MakeSpan(out));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(out, data);
 }
 
+// The coordinator has declared a node dead, but this client's map watch
+// has not told it yet: Verify checks the copies that are live, instead of
+// failing Unavailable on the dead node (which it did when the watch lagged
+// under load).
+TEST_F(RegionRepairSimTest, VerifySkipsANodeDeclaredDeadBeforeTheWatchSaysSo) {
+  std::string data;
+  std::unique_ptr<Region> region = CreateWritten("v", &data);
+  ASSERT_NE(region, nullptr);
+  ASSERT_TRUE(region->Verify(0, data).ok());
+  ClientTestPeer::IgnoreMapWatch(*client_);
+  Kill(0);
+  AwaitHealth("v", RegionHealthState::kDegraded);
+  absl::Status verified = region->Verify(0, data);
+  EXPECT_TRUE(verified.ok()) << verified;
+  // A wrong byte is still found on the live copies.
+  std::string wrong = data;
+  wrong[kRegionBytes - 1] ^= 1;
+  EXPECT_EQ(region->Verify(0, wrong).code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(RegionRepairSimTest, WriteAfterTheRepairReachesTheNewCopies) {
-  RegionOptions options;
-  options.stripe_bytes = kStripeBytes;
-  options.replicas = 2;
-  auto region = CreateRegion(*client_, "w", kRegionBytes, options);
-  ASSERT_TRUE(region.ok()) << region.status();
-  std::string data = RandomBytes(kRegionBytes);
-  ASSERT_TRUE((*region)->Write(0, data).ok());
+  std::string data;
+  std::unique_ptr<Region> region = CreateWritten("w", &data);
+  ASSERT_NE(region, nullptr);
   Kill(3);
   AwaitHealth("w", RegionHealthState::kDegraded);
   AwaitHealth("w", RegionHealthState::kHealthy);
@@ -220,7 +246,7 @@ TEST_F(RegionRepairSimTest, WriteAfterTheRepairReachesTheNewCopies) {
   absl::Status verified;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   do {
-    absl::Status wrote = (*region)->Write(kStripeBytes, update);
+    absl::Status wrote = region->Write(kStripeBytes, update);
     ASSERT_TRUE(wrote.ok()) << wrote;
     verified = (*fresh)->Verify(0, data);
   } while (!verified.ok() && absl::Now() < deadline);
@@ -229,7 +255,7 @@ TEST_F(RegionRepairSimTest, WriteAfterTheRepairReachesTheNewCopies) {
   Kill(0);
   AwaitHealth("w", RegionHealthState::kDegraded);
   std::string out(kRegionBytes, '\0');
-  absl::Status read = (*region)->Read(0, absl::MakeSpan(out));
+  absl::Status read = region->Read(0, absl::MakeSpan(out));
   ASSERT_TRUE(read.ok()) << read;
   EXPECT_EQ(out, data);
 }
