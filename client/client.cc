@@ -18,8 +18,12 @@
 #include "format/layout.h"
 #include "format/protocol.h"
 #include "rdma/device_matrix.h"
+#include "rdma/uc.h"
 
 namespace meshpool {
+
+static_assert(kMaxBusyPoll == rdma::kUcMaxBusyPoll);
+static_assert(kDefaultBusyPoll <= kMaxBusyPoll);
 
 using client_internal::KeyRef;
 using client_internal::NodeConnection;
@@ -71,6 +75,12 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
     return absl::InvalidArgumentError(
         absl::StrCat("batch_threads ", options.batch_threads, " must be in 1..",
                      client_internal::kMaxBatchThreads));
+  }
+  if (options.rdma.busy_poll < absl::ZeroDuration() ||
+      options.rdma.busy_poll > kMaxBusyPoll) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rdma.busy_poll ", absl::FormatDuration(options.rdma.busy_poll),
+        " must be in 0..", absl::FormatDuration(kMaxBusyPoll)));
   }
   if (options.pins_per_node > format::kMaxPinsPerSession) {
     return absl::InvalidArgumentError(

@@ -60,6 +60,7 @@ rdma::VerbsOptions VerbsOptionsFrom(const ClientOptions::Rdma& rdma) {
   v.gid_index = rdma.gid_index;
   v.self_name = rdma.self_name;
   v.peer_devices = rdma.peer_devices;
+  v.busy_poll = rdma.busy_poll;
   return v;
 }
 
@@ -392,6 +393,7 @@ absl::StatusOr<rdma::Transport*> ClientCore::TransportFor(
       uc.connect_timeout = options_.connect_timeout;
       // uc://NAME nodes are reached over UC queue pairs on these devices.
       uc.verbs = VerbsOptionsFrom(options_.rdma);
+      uc.busy_poll = options_.rdma.busy_poll;
 #ifdef __APPLE__
       uc.profile = rdma::UcProfile::kThunderbolt;
 #endif

@@ -77,6 +77,9 @@ constexpr uint32_t UcSendDepth(uint32_t window) { return window + 16; }
 inline constexpr uint32_t kUcLanesPerLink = 8;
 inline constexpr uint32_t kUcDefaultWindowFrames = 32;
 
+// UcOptions::busy_poll at most (longer only burns a core).
+inline constexpr absl::Duration kUcMaxBusyPoll = absl::Milliseconds(10);
+
 struct UcOptions {
   // The link a node listens on (a client follows each node's address).
   UcLinkKind link = UcLinkKind::kUdp;
@@ -98,6 +101,13 @@ struct UcOptions {
   // A peer that answers nothing for this long while requests wait fails
   // the endpoint (client) or the session (node) Unavailable.
   absl::Duration dead_after = absl::Seconds(2);
+  // How long a thread with nothing to do polls its links before it sleeps
+  // on them: the client waiting for a response (as VerbsOptions.busy_poll
+  // on a CQ), the node's responder after its latest frame. Zero sleeps at
+  // once (a wake-up per frame); an answer that comes within the poll
+  // saves the wake-up, at the cost of a core while it lasts. 0..
+  // kUcMaxBusyPoll.
+  absl::Duration busy_poll = absl::Microseconds(20);
   // Client: how long Connect waits for the node's answer.
   absl::Duration connect_timeout = absl::Seconds(3);
   // Node: the most bytes a request may carry or ask for (at most

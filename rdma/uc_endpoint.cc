@@ -32,14 +32,17 @@ absl::Span<const uint8_t> Bytes(const void* p, size_t n) {
 
 }  // namespace
 
-UcEndpoint::UcEndpoint(std::unique_ptr<UcLink> link, std::string address)
-    : link_(std::move(link)), address_(std::move(address)) {}
+UcEndpoint::UcEndpoint(std::unique_ptr<UcLink> link, std::string address,
+                       absl::Duration busy_poll)
+    : link_(std::move(link)),
+      address_(std::move(address)),
+      busy_poll_(busy_poll) {}
 
 absl::StatusOr<std::unique_ptr<Endpoint>> UcEndpoint::Open(
     std::unique_ptr<UcLink> link, std::string address, const UcOptions& options,
     absl::string_view token) {
   std::unique_ptr<UcEndpoint> ep(
-      new UcEndpoint(std::move(link), std::move(address)));
+      new UcEndpoint(std::move(link), std::move(address), options.busy_poll));
   absl::BitGen gen;
   UcLink* raw = ep->link_.get();
   const uint64_t session = absl::Uniform<uint64_t>(gen);
@@ -254,7 +257,9 @@ absl::Status UcEndpoint::Post(absl::Span<const WorkRequest> batch) {
 
 absl::StatusOr<size_t> UcEndpoint::Poll(absl::Span<Completion> out,
                                         absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const absl::Time poll_until = start + std::min(busy_poll_, timeout);
   while (true) {
     Progress();
     if (!ready_.empty()) {
@@ -266,7 +271,9 @@ absl::StatusOr<size_t> UcEndpoint::Poll(absl::Span<Completion> out,
       return n;
     }
     if (!broken_.ok()) return broken_;
-    if (absl::Now() >= deadline) return 0;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return 0;
+    if (now < poll_until) continue;  // poll the link again
     Wait(deadline);
   }
 }

@@ -60,7 +60,8 @@ class UcEndpoint : public Endpoint {
     uint32_t length;
     bool last;  // of its work request: completes it
   };
-  UcEndpoint(std::unique_ptr<UcLink> link, std::string address);
+  UcEndpoint(std::unique_ptr<UcLink> link, std::string address,
+             absl::Duration busy_poll);
 
   // Receives what the socket holds, lets the channel send, and turns
   // delivered responses into completions.
@@ -74,6 +75,7 @@ class UcEndpoint : public Endpoint {
 
   std::unique_ptr<UcLink> link_;
   const std::string address_;
+  const absl::Duration busy_poll_;    // UcOptions::busy_poll
   std::optional<UcChannel> channel_;  // built after link_ (its sink)
   absl::Status broken_;               // OK while healthy
   std::deque<Chunk> chunks_;          // sent, in order, not yet answered

@@ -121,6 +121,9 @@ void UcResponder::Loop() {
     Drain(now);
     const absl::Time next = std::min(PumpAll(now), now + kMaxWaitSlice);
     DropLinks(now);
+    // Poll instead of sleeping while a frame came recently
+    // (UcOptions::busy_poll).
+    if (absl::Now() < poll_until_) continue;
     Wait(next);
   }
 }
@@ -226,6 +229,7 @@ void UcResponder::OnFrame(absl::Span<const uint8_t> frame, const From& from,
     return;
   }
   s.last_frame = now;
+  poll_until_ = now + options_.busy_poll;
   s.channel->OnFrame(frame, now);
 }
 

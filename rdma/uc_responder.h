@@ -148,6 +148,9 @@ class UcResponder {
   std::map<uint64_t, Session> sessions_;
   std::vector<uint8_t> rx_;
   std::vector<pollfd> poll_fds_;
+  // Loop polls instead of sleeping until then (a frame arrived within
+  // UcOptions::busy_poll).
+  absl::Time poll_until_ = absl::InfinitePast();
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<LinkEntry> added_ ABSL_GUARDED_BY(mu_);

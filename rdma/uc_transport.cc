@@ -328,6 +328,12 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcTransport(
         " under the thunderbolt profile (a receive must cover a send, in "
         "Apple's 4 KiB frames)"));
   }
+  if (options.busy_poll < absl::ZeroDuration() ||
+      options.busy_poll > kUcMaxBusyPoll) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UcOptions.busy_poll must be 0..", absl::FormatDuration(kUcMaxBusyPoll),
+        " (polling longer than that only burns a core)"));
+  }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "UcOptions.connect_timeout must be positive");

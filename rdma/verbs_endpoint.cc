@@ -311,7 +311,9 @@ absl::Status VerbsEndpoint::AddPieces(const WorkRequest& wr,
     // after it follow it in order. Soft-RoCE gets no fence flag: with it,
     // a fenced request sometimes never went out (a PUT stalled until its op
     // timeout about once in 10,000 in the VM; a lost wake-up in rxe's
-    // requester, we think), and its responder executes a QP's requests in
+    // requester, we think; an unfenced region READ stalled so once in CI
+    // too, so the fence is at most one way in), and its responder executes
+    // a QP's requests in
     // order in one kernel context, placing a WRITE's bytes before it runs
     // what follows; after a refused request it runs nothing more. (A
     // Soft-RoCE client of a hardware node therefore leans on in-order

@@ -136,13 +136,17 @@ class SimBackend : public Backend {
 };
 
 // uc over UDP on loopback; "uc_lossy" drops, duplicates and corrupts
-// frames both ways (the channel must deliver through it).
+// frames both ways (the channel must deliver through it); "uc_poll" polls
+// 1 ms before sleeping on the node and the client (UcOptions::busy_poll;
+// the others sleep at once).
 class UcBackend : public Backend {
  public:
-  static std::unique_ptr<Backend> Create(uint64_t seed, bool lossy) {
+  static std::unique_ptr<Backend> Create(uint64_t seed, bool lossy,
+                                         bool poll = false) {
     auto b = std::make_unique<UcBackend>();
     UcOptions options;
     options.connect_timeout = absl::Seconds(1);
+    options.busy_poll = poll ? absl::Milliseconds(1) : absl::ZeroDuration();
     if (lossy) {
       options.faults = {
           .drop = 0.02, .duplicate = 0.02, .corrupt = 0.01, .seed = seed};
@@ -374,6 +378,8 @@ const std::map<std::string, BackendFactory>& Factories() {
       {"shm", &ShmBackend::Create},
       {"uc", [](uint64_t seed) { return UcBackend::Create(seed, false); }},
       {"uc_lossy", [](uint64_t seed) { return UcBackend::Create(seed, true); }},
+      {"uc_poll",
+       [](uint64_t seed) { return UcBackend::Create(seed, false, true); }},
 #endif
   };
   return *factories;

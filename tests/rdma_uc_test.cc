@@ -323,6 +323,15 @@ TEST_F(UcTest, OptionsOutOfBoundsAreInvalidArgument) {
   o.faults.drop = 1.5;
   EXPECT_EQ(CreateUcTransport(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.busy_poll = kUcMaxBusyPoll + absl::Microseconds(1);
+  EXPECT_EQ(CreateUcTransport(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.busy_poll = -absl::Microseconds(1);
+  EXPECT_EQ(CreateUcTransport(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.busy_poll = kUcMaxBusyPoll;
+  EXPECT_TRUE(CreateUcTransport(o).ok());
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ namespace meshpool::tools {
 namespace {
 
 constexpr const char* kRdmaFlags[] = {"device", "gid-index", "device-matrix",
-                                      "host-name"};
+                                      "host-name", "busy-poll"};
 // The uc flags (defined with --transport) and their defaults.
 #ifdef __APPLE__
 constexpr const char* kDefaultProfile = "thunderbolt";
@@ -84,6 +84,27 @@ void DefineTransportFlags(Flags& flags, bool with_transport) {
                "file: N x N matrix naming the device that reaches each host");
   flags.Define("host-name", "",
                "this host's name in the device matrix (default: host name)");
+  flags.Define("busy-poll", "",
+               absl::StrCat("verbs and uc: how long a thread waiting for "
+                            "completions (a uc node: for frames) polls "
+                            "before it sleeps, 0..",
+                            absl::FormatDuration(kMaxBusyPoll), " (default ",
+                            absl::FormatDuration(kDefaultBusyPoll),
+                            "; longer answers sooner where a round trip is "
+                            "shorter than a wake-up, and costs a core while "
+                            "it lasts)"));
+}
+
+absl::StatusOr<absl::Duration> BusyPollFromFlags(const Flags& flags) {
+  if (flags.Get("busy-poll").empty()) return kDefaultBusyPoll;
+  MESHPOOL_ASSIGN_OR_RETURN(absl::Duration d, flags.GetDuration("busy-poll"));
+  if (d > kMaxBusyPoll) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--busy-poll ", flags.Get("busy-poll"), " is over ",
+                     absl::FormatDuration(kMaxBusyPoll),
+                     " (polling longer than that only burns a core)"));
+  }
+  return d;
 }
 
 absl::StatusOr<std::string> ResolveTransport(const Flags& flags) {
@@ -125,11 +146,13 @@ absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags) {
   rdma.gid_index = v.gid_index;
   rdma.self_name = std::move(v.self_name);
   rdma.peer_devices = std::move(v.peer_devices);
+  MESHPOOL_ASSIGN_OR_RETURN(rdma.busy_poll, BusyPollFromFlags(flags));
   return rdma;
 }
 
 absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags) {
   rdma::UcOptions options;
+  MESHPOOL_ASSIGN_OR_RETURN(options.busy_poll, BusyPollFromFlags(flags));
   const std::string profile = flags.Get("profile");
   if (profile == "thunderbolt") {
     options.profile = rdma::UcProfile::kThunderbolt;

@@ -7,6 +7,7 @@
 //   --gid-index N                GID table index (default: first RoCE v2 IPv4)
 //   --device-matrix FILE         N x N matrix: which device reaches which host
 //   --host-name NAME             this host's name in the matrix
+//   --busy-poll DURATION         verbs, uc: poll this long before sleeping
 // Not thread-safe (used from main only).
 #ifndef MESHPOOL_TOOLS_TRANSPORT_FLAGS_H_
 #define MESHPOOL_TOOLS_TRANSPORT_FLAGS_H_
@@ -38,8 +39,12 @@ absl::StatusOr<rdma::VerbsOptions> VerbsOptionsFromFlags(const Flags& flags);
 // The same, as a client's options.
 absl::StatusOr<ClientOptions::Rdma> ClientRdmaFromFlags(const Flags& flags);
 
-// The uc options --profile and --uc-link describe (with the RDMA flags
-// for the verbs link). InvalidArgument for unknown values.
+// --busy-poll (its default when not given). InvalidArgument when it is
+// not a duration in 0..kMaxBusyPoll.
+absl::StatusOr<absl::Duration> BusyPollFromFlags(const Flags& flags);
+
+// The uc options --profile, --uc-link and --busy-poll describe (with the
+// RDMA flags for the verbs link). InvalidArgument for unknown values.
 absl::StatusOr<rdma::UcOptions> UcOptionsFromFlags(const Flags& flags);
 
 // A node's transport: TCP, uc or verbs as the flags configure it. With

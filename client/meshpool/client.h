@@ -61,6 +61,10 @@ inline constexpr size_t kMaxKeyBytes = 4096;
 // publish that lands late still lands in a live slab.
 inline constexpr absl::Duration kDefaultOpTimeout = absl::Seconds(5);
 
+// ClientOptions::Rdma::busy_poll's default and bound.
+inline constexpr absl::Duration kDefaultBusyPoll = absl::Microseconds(20);
+inline constexpr absl::Duration kMaxBusyPoll = absl::Milliseconds(10);
+
 struct ClientOptions {
   // Coordinator "host:port". Empty: the MESHPOOL_COORDINATOR environment
   // variable.
@@ -105,6 +109,11 @@ struct ClientOptions {
     // Which local device reaches which node host: this host's row of the
     // N x N device matrix (DeviceMatrixRow below reads one).
     std::map<std::string, std::string> peer_devices;
+    // verbs:// and uc:// nodes: how long a thread waiting for completions
+    // polls before it sleeps (0..kMaxBusyPoll; 0: sleep at once). An
+    // answer that comes within it saves a wake-up; it costs a core while
+    // it lasts.
+    absl::Duration busy_poll = kDefaultBusyPoll;
   };
   Rdma rdma;
 };

@@ -30,7 +30,9 @@ class Client(_meshpool._Client):
     ``connect_timeout`` in seconds, ``batch_threads``, ``max_verify_retries``,
     ``rdma_devices`` (list of device names), ``gid_index``,
     ``pins_per_node`` (the pins this client may hold at once on each node;
-    0, the default, takes the node's default table size).
+    0, the default, takes the node's default table size), ``busy_poll``
+    (seconds a thread waiting on a verbs or uc node polls before it sleeps,
+    0 to 0.01; default 20e-6).
 
     Values move with one-sided RDMA (or TCP / shared memory) straight
     between your buffers and the nodes' memory; the GIL is released while a

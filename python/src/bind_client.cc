@@ -306,7 +306,7 @@ void BindClient(py::module_& m) {
                        double connect_timeout, int batch_threads,
                        int max_verify_retries,
                        std::vector<std::string> rdma_devices, int gid_index,
-                       uint32_t pins_per_node) {
+                       uint32_t pins_per_node, double busy_poll) {
              ClientOptions o;
              o.coordinator = coordinator;
              o.op_timeout = Seconds(op_timeout, "op_timeout");
@@ -316,13 +316,15 @@ void BindClient(py::module_& m) {
              o.rdma.devices = std::move(rdma_devices);
              o.rdma.gid_index = gid_index;
              o.pins_per_node = pins_per_node;
+             o.rdma.busy_poll = Seconds(busy_poll, "busy_poll");
              return PyClient::Connect(std::move(o));
            }),
            py::arg("coordinator"), py::kw_only(), py::arg("op_timeout") = 5.0,
            py::arg("connect_timeout") = 3.0, py::arg("batch_threads") = 4,
            py::arg("max_verify_retries") = 16,
            py::arg("rdma_devices") = std::vector<std::string>{},
-           py::arg("gid_index") = -1, py::arg("pins_per_node") = 0)
+           py::arg("gid_index") = -1, py::arg("pins_per_node") = 0,
+           py::arg("busy_poll") = absl::ToDoubleSeconds(kDefaultBusyPoll))
       .def("close", &PyClient::Close,
            "Waits for asynchronous batches, unregisters every buffer and "
            "disconnects. Idempotent; later calls raise FailedPrecondition.")

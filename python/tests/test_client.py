@@ -67,6 +67,16 @@ def test_bad_keys_and_values_raise_invalid_argument(client):
     assert client.get("after-bad-input") == b"ok"
 
 
+def test_busy_poll_out_of_bounds_is_invalid_argument_naming_it(cluster):
+    with pytest.raises(meshpool.InvalidArgument, match="busy_poll"):
+        cluster.client(busy_poll=1.0)
+    with pytest.raises(meshpool.InvalidArgument, match="busy_poll"):
+        cluster.client(busy_poll=-1e-6)
+    with cluster.client(busy_poll=0.001) as c:
+        c.put("polled", b"1")
+        assert c.get("polled") == b"1"
+
+
 def test_closed_client_raises_failed_precondition(cluster):
     c = cluster.client()
     c.put("closing", b"1")
