@@ -17,3 +17,14 @@ add_dependencies(tools_doctor_verbs_test meshpool)
 meshpool_test(tools_flags_test
   SOURCES tools_flags_test.cc
   LIBS meshpool_tools)
+# `meshpool launch`: the hostfile, device matrix and planned commands.
+meshpool_test(tools_launch_test
+  SOURCES tools_launch_test.cc
+  LIBS meshpool_tools meshpool_rdma)
+# ... and a real launch across network namespaces standing in for hosts
+# (needs root and iproute2; skips loudly, exit 77, without them).
+add_test(NAME LaunchAcrossNamespaces
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/launch_netns_test.sh
+          $<TARGET_FILE:meshpool>)
+set_tests_properties(LaunchAcrossNamespaces PROPERTIES
+  LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 180)

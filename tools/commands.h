@@ -14,6 +14,7 @@ namespace meshpool::tools {
 int RunCoordinator(int argc, char** argv);
 int RunNode(int argc, char** argv);
 int RunUp(int argc, char** argv);
+int RunLaunch(int argc, char** argv);
 int RunDemo(int argc, char** argv);
 int RunPut(int argc, char** argv);
 int RunGet(int argc, char** argv);

@@ -16,6 +16,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"up", meshpool::tools::RunUp,
      "run a local cluster (coordinator + N nodes) in the foreground"},
+    {"launch", meshpool::tools::RunLaunch,
+     "start a cluster across the hosts of a hostfile (ssh), stop on Ctrl-C"},
     {"demo", meshpool::tools::RunDemo,
      "start a local cluster, run a short put/get workload, stop"},
     {"coordinator", meshpool::tools::RunCoordinator,

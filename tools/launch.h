@@ -1,0 +1,87 @@
+// `meshpool launch`: a coordinator and a memory node on every host of a
+// hostfile (tools/hostfile.h), started through a remote-exec command (ssh
+// by default, `ip netns exec` in tests), their output streamed here with
+// each line marked by host, and all of them stopped on Ctrl-C.
+//
+// PlanLaunch is pure: it turns the hostfile and options into the commands
+// to run (what --dry-run prints). RunLaunchPlan runs a plan: it writes the
+// device matrix on every host that needs one, starts the coordinator,
+// waits until it listens, starts the nodes, and then blocks until SIGINT
+// or SIGTERM (or until the coordinator exits), when it stops every child.
+// Not thread-safe (used from main only).
+#ifndef MESHPOOL_TOOLS_LAUNCH_H_
+#define MESHPOOL_TOOLS_LAUNCH_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "tools/hostfile.h"
+
+namespace meshpool::tools {
+
+struct LaunchOptions {
+  // The words of the command that runs a shell command line on a host:
+  // {ssh} becomes the host's ssh target, {host} its name, and {command}
+  // the command line (one word, for the host's shell). -tt gives the
+  // remote process a terminal, so it is hung up when ssh is stopped.
+  std::string exec = "ssh -tt -o BatchMode=yes {ssh} {command}";
+  std::string binary = "meshpool";  // meshpool's path on the hosts
+  // Where the device matrix is written on each host.
+  std::string work_dir = "/tmp/meshpool-launch";
+  std::string capacity = "1GiB";  // every node's pool (--capacity)
+  // Data transport flags for every node ("--transport", "uc", ...).
+  std::vector<std::string> node_args;
+  // Beyond loopback the servers need one of these (TLS from a directory
+  // present at the same path on every host, or explicitly none).
+  std::string tls_dir;
+  bool insecure = false;
+  // How long the coordinator may take to say it listens.
+  absl::Duration start_timeout = absl::Seconds(30);
+};
+
+// One command to run here: `argv` (the exec template applied), for
+// `host`'s `role` ("matrix", "coordinator" or "node"); `input` is fed to
+// its standard input.
+struct LaunchCommand {
+  std::string host;
+  std::string role;
+  std::vector<std::string> argv;
+  std::string input;
+};
+
+struct LaunchPlan {
+  std::string coordinator_address;   // HOST:PORT clients use
+  std::vector<LaunchCommand> setup;  // run to completion first
+  LaunchCommand coordinator;         // then this, until it listens
+  std::vector<LaunchCommand> nodes;  // then these
+  // Pairs of hosts no cable joins (a mesh that is not full), for a warning.
+  std::vector<std::pair<std::string, std::string>> missing_links;
+};
+
+// InvalidArgument when the exec template lacks {command} or has another
+// {placeholder}, when neither (or both of) tls_dir and insecure is set, or
+// when node_args carry --device-matrix or --host-name (launch derives them
+// from the hostfile).
+absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
+                                      const LaunchOptions& options);
+
+// `s` as one word for a POSIX shell ('...' quoting where needed).
+std::string ShellQuote(absl::string_view s);
+
+// The plan as --dry-run prints it: one shell-quoted line per command.
+std::string DescribePlan(const LaunchPlan& plan);
+
+// Runs `plan` until a stop signal or the coordinator's exit; returns why
+// it stopped. Unavailable when a setup command fails or the coordinator
+// does not say it listens in time (whatever was started is stopped).
+// REQUIRES: BlockStopSignals() was called before any thread started.
+absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
+                                          absl::Duration start_timeout);
+
+}  // namespace meshpool::tools
+
+#endif  // MESHPOOL_TOOLS_LAUNCH_H_
