@@ -3,7 +3,8 @@
 # network namespaces standing in for hosts (one bridge namespace joins
 # them; nothing touches this host's own network). --exec runs each command
 # line in its host's namespace instead of over ssh. Checks: --dry-run names
-# every host; a coordinator that cannot start fails the launch at once; the real launch brings up a coordinator and three nodes that
+# every host; links naming devices a host lacks are refused before anything
+# starts; a coordinator that cannot start fails the launch at once; the real launch brings up a coordinator and three nodes that
 # register from their namespaces' addresses; a 1 MiB value put from one
 # host reads back byte for byte on another; every line of output is marked
 # with its host; SIGINT stops everything, leaving no process in any
@@ -61,6 +62,23 @@ args=(--hostfile "$tmp/hosts.json" --exec 'ip netns exec {ssh} sh -c {command}'
 for h in "${hosts[@]}"; do
   grep -q "^\[$h node\] ip netns exec $tag-$h sh -c" "$tmp/dry.txt" \
     || { cat "$tmp/dry.txt"; echo "FAIL: --dry-run has no node on $h" >&2; exit 1; }
+done
+
+# Links to devices the hosts do not have: launch asks each host (meshpool
+# doctor --json, run in its namespace) and refuses before starting anything.
+cat > "$tmp/mesh.json" <<EOF
+{"hosts": [
+  {"name": "a", "ssh": "$tag-a", "address": "10.213.0.1", "links": {"b": "rdma_en2"}},
+  {"name": "b", "ssh": "$tag-b", "address": "10.213.0.2", "links": {"a": "rdma_en2"}}]}
+EOF
+rc=0
+"$meshpool" launch "${args[@]}" --hostfile "$tmp/mesh.json" > "$tmp/mesh.txt" 2>&1 || rc=$?
+grep -q "host a has no RDMA device rdma_en2 (its link to b" "$tmp/mesh.txt" \
+  && [ "$rc" = 1 ] \
+  || { cat "$tmp/mesh.txt"; echo "FAIL: a missing link device gave rc $rc" >&2; exit 1; }
+for h in a b; do
+  [ "$(ip netns pids "$tag-$h" | wc -l)" = 0 ] \
+    || { echo "FAIL: the refused launch left processes on $h" >&2; exit 1; }
 done
 
 # A coordinator that cannot start fails the launch at once, saying so.

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/device_matrix.h"
+#include "tools/doctor.h"
 #include "tools/hostfile.h"
 #include "tools/launch.h"
 
@@ -122,6 +123,52 @@ TEST(Hostfile, EveryMistakeIsInvalidArgumentNamingWhere) {
   }
 }
 
+// What `meshpool doctor --json` prints on a host with these devices (the
+// doctor's own formatter), with a line of noise before it.
+std::string DoctorReportWith(
+    const std::vector<std::pair<std::string, bool>>& devices) {
+  HostFacts facts;
+  for (const auto& [name, active] : devices) {
+    rdma::RdmaDeviceInfo d;
+    d.name = name;
+    rdma::RdmaPortInfo port;
+    port.active = active;
+    port.state = active ? "ACTIVE" : "DOWN";
+    d.ports.push_back(port);
+    facts.devices.push_back(d);
+  }
+  DoctorOptions options;
+  options.json = true;
+  return "Warning: Permanently added 'mac2' to the list of known hosts.\n" +
+         FormatJson(facts, Diagnose(facts, options), options);
+}
+
+TEST(CheckReportedDevices, EveryLinkDeviceMustBeThereWithAnActivePort) {
+  auto hf = ParseHostfile(kMesh);
+  ASSERT_TRUE(hf.ok());
+  const LaunchHost& mac2 = hf->hosts[1];  // rdma_en2 to mac1, rdma_en4 to mac3
+  EXPECT_TRUE(
+      CheckReportedDevices(mac2, DoctorReportWith({{"rdma_en2", true},
+                                                   {"rdma_en4", true},
+                                                   {"rdma_en5", false}}))
+          .ok());
+  absl::Status missing = CheckReportedDevices(
+      mac2, DoctorReportWith({{"rdma_en2", true}, {"rdma_en5", true}}));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.message()),
+              HasSubstr("mac2 has no RDMA device rdma_en4 (its link to mac3; "
+                        "it has: rdma_en2, rdma_en5)"));
+  absl::Status down = CheckReportedDevices(
+      mac2, DoctorReportWith({{"rdma_en2", true}, {"rdma_en4", false}}));
+  EXPECT_EQ(down.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(down.message()),
+              HasSubstr("rdma_en4 (its link to mac3) has no active port"));
+  absl::Status garbage =
+      CheckReportedDevices(mac2, "sh: meshpool: not found\n");
+  EXPECT_EQ(garbage.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(garbage.message()), HasSubstr("--skip-link-check"));
+}
+
 // What /bin/sh makes of `line`: its words, one per line.
 std::vector<std::string> ShellWords(const std::string& line) {
   const std::string command =
@@ -166,7 +213,11 @@ TEST(PlanLaunch, CommandsRunTheCoordinatorAndOneNodePerHostThroughExec) {
   EXPECT_EQ(plan->coordinator_address, "10.0.0.2:7171");
   EXPECT_EQ(plan->coordinator.host, "mac2");
   ASSERT_EQ(plan->nodes.size(), 3u);
-  ASSERT_EQ(plan->setup.size(), 3u);  // a device matrix on every host
+  ASSERT_EQ(plan->setup.size(), 3u);   // a device matrix on every host
+  ASSERT_EQ(plan->checks.size(), 3u);  // and each host's devices asked for
+  EXPECT_THAT(
+      ShellWords(plan->checks[0].argv[5]),
+      ElementsAre("meshpool", "doctor", "--json", "--pool-size", "16MiB"));
   const LaunchCommand& n1 = plan->nodes[0];
   ASSERT_EQ(n1.argv.size(), 6u);  // ssh -tt -o BatchMode=yes TARGET COMMAND
   EXPECT_EQ(n1.argv[4], "me@mac1.local");

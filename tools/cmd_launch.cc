@@ -39,6 +39,9 @@ int RunLaunch(int argc, char** argv) {
                "TLS certificates (`meshpool certs init`), at this path on "
                "every host");
   flags.DefineBool("insecure", "serve without TLS on the hosts' addresses");
+  flags.DefineBool("skip-link-check",
+                   "do not ask each host (`meshpool doctor --json`) whether "
+                   "the devices its links name are there and up");
   flags.Define("start-timeout", "30s",
                "how long the coordinator may take to start");
   DefineTransportFlags(flags, /*with_transport=*/true);
@@ -68,6 +71,7 @@ int RunLaunch(int argc, char** argv) {
   options.capacity = flags.Get("capacity");
   options.tls_dir = flags.Get("tls-dir");
   options.insecure = flags.GetBool("insecure");
+  options.skip_link_check = flags.GetBool("skip-link-check");
   options.node_args = TransportArgs(flags);
   absl::StatusOr<LaunchPlan> plan = PlanLaunch(*hostfile, options);
   if (!plan.ok()) return Fail("launch", plan.status());

@@ -211,4 +211,64 @@ std::vector<std::pair<std::string, std::string>> MissingLinks(
   return missing;
 }
 
+absl::Status CheckReportedDevices(const LaunchHost& host,
+                                  absl::string_view doctor_json) {
+  auto unreadable = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("host ", host.name,
+                     ": `meshpool doctor --json` there printed no "
+                     "usable report (",
+                     why, "); run it on ", host.name,
+                     " to see why, or pass --skip-link-check"));
+  };
+  const size_t open = doctor_json.find('{');
+  const size_t close = doctor_json.rfind('}');
+  if (open == absl::string_view::npos || close == absl::string_view::npos ||
+      close < open) {
+    return unreadable("no JSON object");
+  }
+  absl::StatusOr<JsonValue> doc =
+      ParseJson(doctor_json.substr(open, close - open + 1));
+  if (!doc.ok()) return unreadable(doc.status().message());
+  const JsonValue* devices = doc->Find("devices");
+  if (devices == nullptr || !devices->is_array()) {
+    return unreadable("no \"devices\" list");
+  }
+  std::map<std::string, bool> active;  // device -> any port active
+  for (const JsonValue& d : devices->elements()) {
+    const JsonValue* name = d.Find("name");
+    const JsonValue* ports = d.Find("ports");
+    if (name == nullptr || !name->is_string()) continue;
+    bool up = false;
+    if (ports != nullptr) {
+      for (const JsonValue& p : ports->elements()) {
+        const JsonValue* a = p.Find("active");
+        up |= a != nullptr && a->bool_value();
+      }
+    }
+    active[name->string_value()] = up;
+  }
+  std::vector<std::string> have;
+  for (const auto& [name, up] : active) have.push_back(name);
+  const std::string listed = have.empty() ? "none" : absl::StrJoin(have, ", ");
+  for (const auto& [peer, device] : host.links) {
+    auto it = active.find(device);
+    if (it == active.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host ", host.name, " has no RDMA device ", device,
+                       " (its link to ", peer, "; it has: ", listed,
+                       "): check the cable between ", host.name, " and ", peer,
+                       ", that it is Thunderbolt 5, and that "
+                       "RDMA is enabled there (`meshpool doctor`)"));
+    }
+    if (!it->second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host ", host.name, ": ", device, " (its link to ", peer,
+                       ") has no active port: the cable to ", peer,
+                       " is unplugged or ", peer, " is off"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace meshpool::tools

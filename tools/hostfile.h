@@ -68,6 +68,15 @@ std::string DeviceMatrixText(const Hostfile& hostfile);
 std::vector<std::pair<std::string, std::string>> MissingLinks(
     const Hostfile& hostfile);
 
+// Checks `host`'s links against the devices it reports: `doctor_json` is
+// what `meshpool doctor --json` printed there (text around the JSON object
+// is ignored). OK when every device its links name is present with an
+// active port. FailedPrecondition naming the device, the peer its cable
+// goes to and the devices the host has, when one is missing or down, or
+// when the report cannot be read.
+absl::Status CheckReportedDevices(const LaunchHost& host,
+                                  absl::string_view doctor_json);
+
 }  // namespace meshpool::tools
 
 #endif  // MESHPOOL_TOOLS_HOSTFILE_H_

@@ -4,8 +4,10 @@
 // each line marked by host, and all of them stopped on Ctrl-C.
 //
 // PlanLaunch is pure: it turns the hostfile and options into the commands
-// to run (what --dry-run prints). RunLaunchPlan runs a plan: it writes the
-// device matrix on every host that needs one, starts the coordinator,
+// to run (what --dry-run prints). RunLaunchPlan runs a plan: it asks every
+// host with links for its devices (`meshpool doctor --json`) and stops if
+// a link's device is missing or down, writes the device matrix on every
+// host that needs one, starts the coordinator,
 // waits until it listens, starts the nodes, and then blocks until SIGINT
 // or SIGTERM (or until the coordinator exits), when it stops every child.
 // Not thread-safe (used from main only).
@@ -39,6 +41,8 @@ struct LaunchOptions {
   // present at the same path on every host, or explicitly none).
   std::string tls_dir;
   bool insecure = false;
+  // Do not ask the hosts which devices they have before starting.
+  bool skip_link_check = false;
   // How long the coordinator may take to say it listens.
   absl::Duration start_timeout = absl::Seconds(30);
 };
@@ -54,8 +58,12 @@ struct LaunchCommand {
 };
 
 struct LaunchPlan {
-  std::string coordinator_address;   // HOST:PORT clients use
-  std::vector<LaunchCommand> setup;  // run to completion first
+  Hostfile hostfile;                // what it was planned from
+  std::string coordinator_address;  // HOST:PORT clients use
+  // `meshpool doctor --json` on every host with links, run first; their
+  // reports go through CheckReportedDevices. Empty with skip_link_check.
+  std::vector<LaunchCommand> checks;
+  std::vector<LaunchCommand> setup;  // then these, to completion
   LaunchCommand coordinator;         // then this, until it listens
   std::vector<LaunchCommand> nodes;  // then these
   // Pairs of hosts no cable joins (a mesh that is not full), for a warning.
@@ -76,7 +84,8 @@ std::string ShellQuote(absl::string_view s);
 std::string DescribePlan(const LaunchPlan& plan);
 
 // Runs `plan` until a stop signal or the coordinator's exit; returns why
-// it stopped. Unavailable when a setup command fails or the coordinator
+// it stopped. FailedPrecondition from CheckReportedDevices (nothing was
+// started); Unavailable when a setup command fails or the coordinator
 // does not say it listens in time (whatever was started is stopped).
 // REQUIRES: BlockStopSignals() was called before any thread started.
 absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,

@@ -110,6 +110,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
     security = {"--tls-dir", options.tls_dir};
   }
   LaunchPlan plan;
+  plan.hostfile = hostfile;
   const LaunchHost& chost = hostfile.hosts[hostfile.coordinator];
   plan.coordinator_address =
       absl::StrCat(chost.address, ":", hostfile.coordinator_port);
@@ -140,6 +141,11 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
                                      "--advertise",
                                      host.address};
     node.insert(node.end(), options.node_args.begin(), options.node_args.end());
+    if (!matrix.empty() && !options.skip_link_check) {
+      plan.checks.push_back(Command(
+          exec, host, "check",
+          {options.binary, "doctor", "--json", "--pool-size", "16MiB"}));
+    }
     if (!matrix.empty()) {
       LaunchCommand write =
           Command(exec, host, "matrix",
@@ -174,6 +180,7 @@ std::string DescribePlan(const LaunchPlan& plan) {
     }
     out += "\n";
   };
+  for (const LaunchCommand& c : plan.checks) line(c);
   for (const LaunchCommand& c : plan.setup) line(c);
   line(plan.coordinator);
   for (const LaunchCommand& c : plan.nodes) line(c);

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -41,11 +42,16 @@ struct Child {
   std::thread reader;
 };
 
-// Every output line goes through here, whole, marked by its child.
+// Every output line goes through here, whole, marked by its child; a
+// check's lines are kept for CheckReportedDevices instead.
 class Output {
  public:
   void Line(const LaunchCommand& c, absl::string_view line) {
     absl::MutexLock lock(&mu_);
+    if (c.role == "check") {
+      absl::StrAppend(&captured_[c.host], line, "\n");
+      return;
+    }
     std::fprintf(stdout, "[%s %s] %.*s\n", c.host.c_str(), c.role.c_str(),
                  static_cast<int>(line.size()), line.data());
     std::fflush(stdout);
@@ -63,9 +69,16 @@ class Output {
     return listening_;
   }
 
+  // What `host`'s check printed.
+  std::string Captured(const std::string& host) {
+    absl::MutexLock lock(&mu_);
+    return captured_[host];
+  }
+
  private:
   absl::Mutex mu_;
   bool listening_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::string> captured_ ABSL_GUARDED_BY(mu_);
 };
 
 // Starts `c` with stdout and stderr into one pipe (read by a thread that
@@ -198,12 +211,33 @@ void StopAll(std::vector<std::unique_ptr<Child>>& children) {
 
 absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
                                           absl::Duration start_timeout) {
+  // A child that exits before taking its input must not kill us.
+  ::signal(SIGPIPE, SIG_IGN);
   Output out;
   std::vector<std::unique_ptr<Child>> children;
   auto fail = [&](absl::Status s) {
     StopAll(children);
     return s;
   };
+  // Every host's devices first, all at once (doctor registers a pool on
+  // each device: a few seconds), then each report against its links.
+  std::vector<std::unique_ptr<Child>> checks;
+  for (const LaunchCommand& c : plan.checks) {
+    absl::StatusOr<std::unique_ptr<Child>> check = Start(c, out);
+    if (!check.ok()) return fail(check.status());
+    checks.push_back(*std::move(check));
+  }
+  for (std::unique_ptr<Child>& c : checks) {
+    int status = 0;
+    ::waitpid(c->pid, &status, 0);
+    c->pid = -1;
+    c->reader.join();
+  }
+  for (const LaunchHost& host : plan.hostfile.hosts) {
+    if (host.links.empty() || plan.checks.empty()) continue;
+    MESHPOOL_RETURN_IF_ERROR(
+        CheckReportedDevices(host, out.Captured(host.name)));
+  }
   for (const LaunchCommand& c : plan.setup) {
     MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<Child> child, Start(c, out));
     int status = 0;
