@@ -161,8 +161,8 @@ absl::StatusOr<std::unique_ptr<Child>> Start(const LaunchCommand& c,
 }
 
 // True (and the signal taken) when SIGINT or SIGTERM is pending; they are
-// blocked in every thread (BlockStopSignals). sigpending + sigwait rather
-// than sigtimedwait, which macOS lacks.
+// blocked in every thread (BlockStopSignals). sigpending + sigwait: macOS
+// has no timed signal wait.
 bool StopSignalPending() {
   sigset_t pending;
   sigemptyset(&pending);
