@@ -3,7 +3,8 @@
 # network namespaces standing in for hosts (one bridge namespace joins
 # them; nothing touches this host's own network). --exec runs each command
 # line in its host's namespace instead of over ssh. Checks: --dry-run names
-# every host; links naming devices a host lacks are refused before anything
+# every host; the cluster runs TLS with a certificate per host; links
+# naming devices a host lacks are refused before anything
 # starts; a coordinator that cannot start fails the launch at once; the real launch brings up a coordinator and three nodes that
 # register from their namespaces' addresses; a 1 MiB value put from one
 # host reads back byte for byte on another; every line of output is marked
@@ -55,10 +56,10 @@ cat > "$tmp/hosts.json" <<EOF
   {"name": "c", "ssh": "$tag-c", "address": "10.213.0.3"}]}
 EOF
 args=(--hostfile "$tmp/hosts.json" --exec 'ip netns exec {ssh} sh -c {command}'
-      --binary "$meshpool" --insecure --transport tcp --capacity 64MiB
+      --binary "$meshpool" --transport tcp --capacity 64MiB
       --start-timeout 60s)
 
-"$meshpool" launch "${args[@]}" --dry-run > "$tmp/dry.txt"
+"$meshpool" launch "${args[@]}" --insecure --dry-run > "$tmp/dry.txt"
 for h in "${hosts[@]}"; do
   grep -q "^\[$h node\] ip netns exec $tag-$h sh -c" "$tmp/dry.txt" \
     || { cat "$tmp/dry.txt"; echo "FAIL: --dry-run has no node on $h" >&2; exit 1; }
@@ -72,7 +73,8 @@ cat > "$tmp/mesh.json" <<EOF
   {"name": "b", "ssh": "$tag-b", "address": "10.213.0.2", "links": {"a": "rdma_en2"}}]}
 EOF
 rc=0
-"$meshpool" launch "${args[@]}" --hostfile "$tmp/mesh.json" > "$tmp/mesh.txt" 2>&1 || rc=$?
+"$meshpool" launch "${args[@]}" --insecure --hostfile "$tmp/mesh.json" \
+  > "$tmp/mesh.txt" 2>&1 || rc=$?
 grep -q "host a has no RDMA device rdma_en2 (its link to b" "$tmp/mesh.txt" \
   && [ "$rc" = 1 ] \
   || { cat "$tmp/mesh.txt"; echo "FAIL: a missing link device gave rc $rc" >&2; exit 1; }
@@ -83,13 +85,18 @@ done
 
 # A coordinator that cannot start fails the launch at once, saying so.
 rc=0
-"$meshpool" launch "${args[@]}" --binary /nonexistent/meshpool \
+"$meshpool" launch "${args[@]}" --insecure --binary /nonexistent/meshpool \
   > "$tmp/bad.txt" 2>&1 || rc=$?
 grep -q "coordinator on a exited (exit status 127) before it listened" "$tmp/bad.txt" \
   && [ "$rc" = 1 ] \
   || { cat "$tmp/bad.txt"; echo "FAIL: a missing binary gave rc $rc" >&2; exit 1; }
 
-"$meshpool" launch "${args[@]}" > "$tmp/launch.txt" 2>&1 &
+# The real launch runs TLS: a certificate per host named as its node id
+# (`certs add DIR node NAME`), the same directory on every host.
+"$meshpool" certs init "$tmp/tls" --nodes 0 > /dev/null
+for h in "${hosts[@]}"; do "$meshpool" certs add "$tmp/tls" node "$h" > /dev/null; done
+export MESHPOOL_TLS_DIR="$tmp/tls"  # the client commands' certificates
+"$meshpool" launch "${args[@]}" --tls-dir "$tmp/tls" > "$tmp/launch.txt" 2>&1 &
 launch_pid=$!
 coord=10.213.0.1:7070
 alive=0
