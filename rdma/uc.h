@@ -105,7 +105,7 @@ struct UcOptions {
   // on them: the client waiting for a response (as VerbsOptions.busy_poll
   // on a CQ), the node's responder after its latest frame. Zero sleeps at
   // once (a wake-up per frame); an answer that comes within the poll
-  // saves the wake-up, at the cost of a core while it lasts. 0..
+  // saves the wake-up, at the cost of a core while it lasts. At most
   // kUcMaxBusyPoll.
   absl::Duration busy_poll = absl::Microseconds(20);
   // Client: how long Connect waits for the node's answer.

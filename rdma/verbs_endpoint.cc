@@ -313,12 +313,11 @@ absl::Status VerbsEndpoint::AddPieces(const WorkRequest& wr,
     // timeout about once in 10,000 in the VM; a lost wake-up in rxe's
     // requester, we think; an unfenced region READ stalled so once in CI
     // too, so the fence is at most one way in), and its responder executes
-    // a QP's requests in
-    // order in one kernel context, placing a WRITE's bytes before it runs
-    // what follows; after a refused request it runs nothing more. (A
-    // Soft-RoCE client of a hardware node therefore leans on in-order
-    // execution there; a reader that still found the object early would
-    // fail its digests and read again.)
+    // a QP's requests in order in one kernel context, placing a WRITE's
+    // bytes before it runs what follows; after a refused request it runs
+    // nothing more. (A Soft-RoCE client of a hardware node therefore leans
+    // on in-order execution there; a reader that still found the object
+    // early would fail its digests and read again.)
     if (wr.fence && left == wr.length && !SoftRoce()) {
       w.send_flags |= IBV_SEND_FENCE;
     }

@@ -15,16 +15,16 @@
 namespace meshpool::tools {
 
 int RunLaunch(int argc, char** argv) {
-  Flags flags("launch",
-              "meshpool launch --hostfile hosts.json [--dry-run] "
-              "[--insecure | --tls-dir DIR] [flags]\n"
-              "Starts the coordinator and a memory node on every host of the "
-              "hostfile through --exec (ssh by default), streams their "
-              "output here, and stops them all on Ctrl-C. The hostfile "
-              "names each host, its ssh target, the address others dial and "
-              "(Thunderbolt) which device reaches which host; launch writes "
-              "the device matrix on every host. docs/macos.md has an "
-              "example.");
+  Flags flags(
+      "meshpool launch --hostfile hosts.json [--dry-run] "
+      "[--insecure | --tls-dir DIR] [flags]",
+      "Starts the coordinator and a memory node on every host of the "
+      "hostfile through --exec (ssh by default), streams their "
+      "output here, and stops them all on Ctrl-C. The hostfile "
+      "names each host, its ssh target, the address others dial and "
+      "(Thunderbolt) which device reaches which host; launch writes "
+      "the device matrix on every host. docs/operations.md has an "
+      "example.");
   const LaunchOptions defaults;
   flags.Define("hostfile", "", "the hosts (JSON; see above)");
   flags.DefineBool("dry-run", "print the commands launch would run, and exit");
@@ -63,6 +63,10 @@ int RunLaunch(int argc, char** argv) {
   absl::StatusOr<absl::Duration> start_timeout =
       flags.GetDuration("start-timeout");
   if (!start_timeout.ok()) return Fail("launch", start_timeout.status());
+  // Checked here, before any host is reached; the nodes get it as given.
+  if (absl::StatusOr<uint64_t> size = flags.GetSize("capacity"); !size.ok()) {
+    return Fail("launch", size.status());
+  }
 
   LaunchOptions options;
   options.exec = flags.Get("exec");
