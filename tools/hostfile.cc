@@ -37,8 +37,8 @@ bool IsWord(absl::string_view s) {
   });
 }
 
-// The string member `key` of `object`; `fallback` when absent (nullopt
-// fallback: required).
+// The string member `key` of `object`; `*fallback` when absent (a null
+// `fallback`: the key is required).
 absl::StatusOr<std::string> StringField(const JsonValue& object,
                                         absl::string_view key,
                                         absl::string_view where,

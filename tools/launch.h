@@ -86,7 +86,8 @@ std::string DescribePlan(const LaunchPlan& plan);
 // Runs `plan` until a stop signal or the coordinator's exit; returns why
 // it stopped. FailedPrecondition from CheckReportedDevices (nothing was
 // started); Unavailable when a setup command fails or the coordinator
-// does not say it listens in time (whatever was started is stopped).
+// does not say it listens in time; Cancelled on a stop signal before it
+// listens (whatever was started is stopped).
 // REQUIRES: BlockStopSignals() was called before any thread started.
 absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
                                           absl::Duration start_timeout);

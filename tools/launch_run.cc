@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,8 @@ namespace {
 
 // How long stopped children get before SIGKILL.
 constexpr absl::Duration kStopGrace = absl::Seconds(10);
+// A reaped child's reader stops after this long without output.
+constexpr absl::Duration kDrainQuiet = absl::Milliseconds(100);
 // How often RunLaunchPlan looks for a stop signal and exited children.
 constexpr absl::Duration kWatchInterval = absl::Milliseconds(100);
 // What the coordinator prints once it serves (tools/cmd_servers.cc).
@@ -39,8 +42,18 @@ constexpr absl::string_view kCoordinatorListening =
 struct Child {
   LaunchCommand command;
   pid_t pid = -1;
+  // Set once the process was reaped: the reader drains what the pipe
+  // still holds and stops at its first quiet moment (kDrainQuiet), even if
+  // a grandchild still holds the pipe open.
+  std::atomic<bool> reaped{false};
   std::thread reader;
 };
+
+// Marks `c` reaped and joins its reader.
+void Finish(Child& c) {
+  c.reaped = true;
+  if (c.reader.joinable()) c.reader.join();
+}
 
 // Every output line goes through here, whole, marked by its child; a
 // check's lines are kept for CheckReportedDevices instead.
@@ -139,10 +152,19 @@ absl::StatusOr<std::unique_ptr<Child>> Start(const LaunchCommand& c,
   child->command = c;
   child->pid = pid;
   const int fd = output[0];
-  child->reader = std::thread([fd, &out, cmd = &child->command] {
+  child->reader = std::thread([fd, &out, c = child.get()] {
+    const LaunchCommand* cmd = &c->command;
     std::string buffer;
     char chunk[4096];
     while (true) {
+      pollfd p{fd, POLLIN, 0};
+      const int ready = ::poll(
+          &p, 1, static_cast<int>(absl::ToInt64Milliseconds(kDrainQuiet)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (c->reaped) break;  // dead, and nothing more is coming
+        continue;
+      }
       const ssize_t n = ::read(fd, chunk, sizeof(chunk));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
@@ -201,9 +223,7 @@ void StopAll(std::vector<std::unique_ptr<Child>>& children) {
     }
     c->pid = -1;
   }
-  for (auto& c : children) {
-    if (c->reader.joinable()) c->reader.join();
-  }
+  for (auto& c : children) Finish(*c);
   children.clear();
 }
 
@@ -222,17 +242,22 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
   // Every host's devices first, all at once (doctor registers a pool on
   // each device: a few seconds), then each report against its links.
   std::vector<std::unique_ptr<Child>> checks;
+  absl::Status started;
   for (const LaunchCommand& c : plan.checks) {
     absl::StatusOr<std::unique_ptr<Child>> check = Start(c, out);
-    if (!check.ok()) return fail(check.status());
+    if (!check.ok()) {
+      started = check.status();
+      break;
+    }
     checks.push_back(*std::move(check));
   }
   for (std::unique_ptr<Child>& c : checks) {
     int status = 0;
     ::waitpid(c->pid, &status, 0);
     c->pid = -1;
-    c->reader.join();
+    Finish(*c);
   }
+  MESHPOOL_RETURN_IF_ERROR(started);
   for (const LaunchHost& host : plan.hostfile.hosts) {
     if (host.links.empty() || plan.checks.empty()) continue;
     MESHPOOL_RETURN_IF_ERROR(
@@ -242,7 +267,8 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
     MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<Child> child, Start(c, out));
     int status = 0;
     ::waitpid(child->pid, &status, 0);
-    child->reader.join();
+    child->pid = -1;
+    Finish(*child);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       return fail(absl::UnavailableError(
           absl::StrCat("writing the device matrix on ", c.host, " failed (",
@@ -262,6 +288,10 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
       return fail(absl::UnavailableError(absl::StrCat(
           "the coordinator on ", plan.coordinator.host, " exited (",
           Describe(status), ") before it listened; its output is above")));
+    }
+    if (StopSignalPending()) {
+      return fail(absl::CancelledError(
+          "stopped by a signal before the coordinator listened"));
     }
     if (absl::Now() >= deadline) {
       return fail(absl::UnavailableError(absl::StrCat(
