@@ -20,6 +20,12 @@
 //                   WatchClusterMap receives on each change)
 //   delta_bytes     the delta for one join (what a watcher of
 //                   WatchClusterMapUpdates receives instead)
+//   watch_ms        the coordinator's work to tell N watchers (every node
+//                   watches) of one join: through its MapFeed (one snapshot,
+//                   one diff, a shared message serialized per watcher)
+//   unshared_ms     the same as the coordinator did it before the feed (a
+//                   snapshot, a diff and a copy per watcher), timed on at
+//                   most 32 watchers and scaled to N
 // Exits 1 if a bucket moved between two nodes that did not change, or if
 // the table and per-key rendezvous disagree on a key.
 //
@@ -31,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -40,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/map_feed.h"
 #include "placement/map_delta.h"
 #include "placement/placement.h"
 #include "proto/meshpool.pb.h"
@@ -139,6 +147,63 @@ struct Movement {
   }
 };
 
+// What telling `watchers` watch streams, all holding `before`, of `after`
+// costs the coordinator (the watch_ms and unshared_ms columns). The
+// serialization stands in for gRPC's, which serializes every Write.
+struct WatchCost {
+  double feed_ms = 0;
+  double unshared_ms = 0;
+};
+bool TimeWatchers(const proto::ClusterMap& before,
+                  const proto::ClusterMap& after, int watchers,
+                  WatchCost* cost) {
+  const proto::ClusterMap* current = &before;
+  coordinator::MapFeed feed(
+      [&current]() -> absl::StatusOr<proto::ClusterMap> { return *current; });
+  absl::StatusOr<coordinator::MapFeedUpdate> first =
+      feed.UpdateFrom(nullptr, before.epoch());
+  if (!first.ok()) return false;
+  const std::shared_ptr<const proto::ClusterMap> held = first->map;
+  current = &after;
+  std::string wire;
+  size_t bytes = 0;
+  Clock::time_point start = Clock::now();
+  for (int w = 0; w < watchers; ++w) {
+    absl::StatusOr<coordinator::MapFeedUpdate> next =
+        feed.UpdateFrom(held, after.epoch());
+    if (!next.ok() || !next->update->has_delta()) {
+      std::fprintf(stderr,
+                   "placement_sim: the feed sent no delta for a join\n");
+      return false;
+    }
+    next->update->SerializeToString(&wire);
+    bytes += wire.size();
+  }
+  cost->feed_ms = MillisSince(start);
+
+  // Before the feed, per watcher: Membership::Map()'s copy, DiffMaps against
+  // the watcher's own copy, the size check, the write, and the copy kept.
+  const int sampled = std::min(watchers, 32);
+  std::vector<proto::ClusterMap> last(sampled, before);
+  start = Clock::now();
+  for (int w = 0; w < sampled; ++w) {
+    proto::ClusterMap snapshot = after;
+    proto::ClusterMapUpdate update;
+    std::optional<proto::ClusterMapDelta> delta =
+        placement::DiffMaps(last[w], snapshot);
+    if (!delta.has_value() ||
+        delta->ByteSizeLong() >= snapshot.ByteSizeLong()) {
+      return false;
+    }
+    *update.mutable_delta() = *std::move(delta);
+    update.SerializeToString(&wire);
+    bytes += wire.size();
+    last[w] = snapshot;
+  }
+  cost->unshared_ms = MillisSince(start) * watchers / sampled;
+  return bytes > 0;
+}
+
 bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
   constexpr uint64_t kUnit = uint64_t{64} << 30;
   proto::ClusterMap map;
@@ -178,6 +243,7 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
   const uint64_t mean = TotalCapacity(map) / nodes;
   Movement join, leave;
   size_t delta_bytes = 0;
+  WatchCost watch;
   for (int e = 0; e < kEvents; ++e) {
     proto::ClusterMap joined = map;
     joined.set_epoch(map.epoch() + 1);
@@ -200,6 +266,7 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
         return false;
       }
       delta_bytes = delta->ByteSizeLong();
+      if (!TimeWatchers(map, joined, nodes, &watch)) return false;
     }
 
     proto::ClusterMap left = map;
@@ -233,9 +300,10 @@ bool Simulate(int nodes, const std::vector<Key>& keys, std::mt19937_64& rng) {
 
   std::printf(
       "%6d %9.1f %14.0f %9.1f %8.2f %9.2f %11.2f %11.2f %12.2f %12.2f %10.2f "
-      "%10zu %12zu\n",
+      "%10zu %12zu %9.2f %12.1f\n",
       nodes, route_ns, rendezvous_ns, build_ms, join.ms, leave.ms, join.mean,
-      join.worst, leave.mean, leave.worst, max_share, map_bytes, delta_bytes);
+      join.worst, leave.mean, leave.worst, max_share, map_bytes, delta_bytes,
+      watch.feed_ms, watch.unshared_ms);
   std::fflush(stdout);
   return sink != 1;  // keeps the lookups; never 1 in practice
 }
@@ -275,10 +343,11 @@ int main(int argc, char** argv) {
   std::printf("placement_sim: %zu keys, %u buckets, seed=%llu\n", key_count,
               meshpool::placement::kBuckets,
               static_cast<unsigned long long>(seed));
-  std::printf("%6s %9s %14s %9s %8s %9s %11s %11s %12s %12s %10s %10s %12s\n",
-              "nodes", "route_ns", "rendezvous_ns", "build_ms", "join_ms",
-              "leave_ms", "join_moved", "worst_join", "leave_moved",
-              "worst_leave", "max_share", "map_bytes", "delta_bytes");
+  std::printf(
+      "%6s %9s %14s %9s %8s %9s %11s %11s %12s %12s %10s %10s %12s %9s %12s\n",
+      "nodes", "route_ns", "rendezvous_ns", "build_ms", "join_ms", "leave_ms",
+      "join_moved", "worst_join", "leave_moved", "worst_leave", "max_share",
+      "map_bytes", "delta_bytes", "watch_ms", "unshared_ms");
   std::mt19937_64 rng(seed);
   std::vector<meshpool::Key> keys(key_count);
   for (meshpool::Key& k : keys) k = meshpool::Key{rng(), rng()};

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -9,7 +10,6 @@
 #include "common/common.h"
 #include "coordinator/tenants.h"
 #include "placement/coordinator_client.h"
-#include "placement/map_delta.h"
 
 namespace meshpool::coordinator {
 namespace {
@@ -52,6 +52,10 @@ std::string OnlyOwner(const grpc::ServerContext& context) {
   const auth::Identity peer = auth::PeerIdentity(context);
   if (peer.role == Role::kNone || peer.role == Role::kAdmin) return "";
   return peer.ToString();
+}
+
+absl::Status WatcherGone() {
+  return absl::CancelledError("the watcher went away");
 }
 
 }  // namespace
@@ -150,34 +154,34 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context,
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const proto::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<proto::ClusterMap>* writer) {
-  return WatchMaps(context, *request, [writer](const proto::ClusterMap& map) {
-    return writer->Write(map);
-  });
+  return WatchMaps(
+      context, *request, [&](uint64_t epoch) -> absl::StatusOr<uint64_t> {
+        MESHPOOL_ASSIGN_OR_RETURN(std::shared_ptr<const proto::ClusterMap> map,
+                                  membership_->feed().Latest(epoch));
+        if (!writer->Write(*map)) return WatcherGone();
+        return map->epoch();
+      });
 }
 
 grpc::Status CoordinatorService::WatchClusterMapUpdates(
     grpc::ServerContext* context, const proto::WatchClusterMapRequest* request,
     grpc::ServerWriter<proto::ClusterMapUpdate>* writer) {
-  std::optional<proto::ClusterMap> last;  // what the client holds
-  return WatchMaps(context, *request, [&](const proto::ClusterMap& map) {
-    proto::ClusterMapUpdate update;
-    std::optional<proto::ClusterMapDelta> delta;
-    if (last.has_value()) delta = placement::DiffMaps(*last, map);
-    if (delta.has_value() && delta->ByteSizeLong() < map.ByteSizeLong()) {
-      *update.mutable_delta() = *std::move(delta);
-    } else {
-      *update.mutable_map() = map;
-    }
-    last = map;
-    return writer->Write(update);
-  });
+  std::shared_ptr<const proto::ClusterMap> held;  // what the client holds
+  return WatchMaps(
+      context, *request, [&](uint64_t epoch) -> absl::StatusOr<uint64_t> {
+        MESHPOOL_ASSIGN_OR_RETURN(MapFeedUpdate next,
+                                  membership_->feed().UpdateFrom(held, epoch));
+        if (!writer->Write(*next.update)) return WatcherGone();
+        held = std::move(next.map);
+        return held->epoch();
+      });
 }
 
 // The sync API has no cancellation callback, so between epochs the handler
 // wakes every kWatchCancelPollInterval to look at IsCancelled().
 grpc::Status CoordinatorService::WatchMaps(
     grpc::ServerContext* context, const proto::WatchClusterMapRequest& request,
-    const std::function<bool(const proto::ClusterMap&)>& send) {
+    const std::function<absl::StatusOr<uint64_t>(uint64_t)>& send) {
   if (grpc::Status s = auth::Allow(*context, "watch the cluster map", kAnyone);
       !s.ok())
     return s;
@@ -194,16 +198,11 @@ grpc::Status CoordinatorService::WatchMaps(
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the coordinator is shutting down; reconnect to watch again");
     }
-    if (context->IsCancelled()) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
-    }
+    if (context->IsCancelled()) return ToGrpc(WatcherGone());
     if (must_send || now.epoch > sent) {
-      absl::StatusOr<proto::ClusterMap> map = membership_->Map();
-      if (!map.ok()) return ToGrpc(map.status());
-      if (!send(*map)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
-      }
-      sent = map->epoch();
+      absl::StatusOr<uint64_t> epoch = send(now.epoch);
+      if (!epoch.ok()) return ToGrpc(epoch.status());
+      sent = *epoch;
       must_send = false;
     }
     now = membership_->AwaitEpochAbove(sent, kWatchCancelPollInterval);

@@ -62,7 +62,8 @@ class CoordinatorService final : public proto::Coordinator::Service {
                                grpc::ServerWriter<proto::ClusterMap>* writer) override;
   // The same, as ClusterMapUpdates: the stream's first map whole, each
   // later one as a delta on the one before (placement::DiffMaps) when the
-  // delta is smaller.
+  // delta is smaller. Every watcher of a change is sent the same message,
+  // built once (MapFeed).
   grpc::Status WatchClusterMapUpdates(
       grpc::ServerContext* context,
       const proto::WatchClusterMapRequest* request,
@@ -84,12 +85,13 @@ class CoordinatorService final : public proto::Coordinator::Service {
                            proto::ListRegionsReply* reply) override;
 
  private:
-  // WatchClusterMap's loop: `send` gets each map to stream and returns
-  // false when the client went away.
+  // The watch streams' loop: `send` writes what brings the watcher to the
+  // map of its argument's epoch or newer (Membership::feed) and returns the
+  // epoch it sent; Cancelled when the client went away.
   grpc::Status WatchMaps(
       grpc::ServerContext* context,
       const proto::WatchClusterMapRequest& request,
-      const std::function<bool(const proto::ClusterMap&)>& send);
+      const std::function<absl::StatusOr<uint64_t>(uint64_t)>& send);
   // A standby's answer to every call.
   grpc::Status Redirect(grpc::ServerContext* context) const;
 

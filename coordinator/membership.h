@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/map_feed.h"
 #include "coordinator/rate_limiter.h"
 #include "proto/meshpool.pb.h"
 
@@ -106,6 +107,10 @@ class Membership {
   // A copy of the current map.
   absl::StatusOr<proto::ClusterMap> Map() const;
 
+  // The maps and deltas watch streams send, published from Map() once per
+  // epoch (map_feed.h). Lives as long as the membership.
+  MapFeed& feed() { return feed_; }
+
   // Marks NODE_DEAD every alive node silent for at least dead_after (by the
   // clock), one epoch bump per node, and forgets (removes from the map) the
   // dead ones silent for dead_after + limits.forget_dead_after. Returns how
@@ -148,6 +153,7 @@ class Membership {
   std::deque<std::pair<std::string, uint64_t>> forgotten_order_
       ABSL_GUARDED_BY(mu_);
   std::set<std::pair<std::string, uint64_t>> forgotten_ ABSL_GUARDED_BY(mu_);
+  MapFeed feed_{[this] { return Map(); }};  // last: it calls Map()
 };
 
 }  // namespace meshpool::coordinator

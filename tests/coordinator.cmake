@@ -4,7 +4,7 @@
 meshpool_test(coordinator_test
   SOURCES coordinator_test.cc coordinator_region_table_test.cc
           coordinator_state_test.cc coordinator_region_repair_test.cc
-          coordinator_tenants_test.cc
+          coordinator_tenants_test.cc coordinator_map_feed_test.cc
   LIBS meshpool_coordinator)
 # The durable state: its files under torn writes and corruption, what
 # survives a reopen, compaction.
