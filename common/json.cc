@@ -93,6 +93,41 @@ absl::string_view JsonValue::TypeName(Type type) {
 
 namespace {
 
+// One UTF-8 sequence at text[start] (a byte >= 0x80): its length when it is
+// valid, else why not.
+enum class Utf8Error { kNone, kBadLead, kTruncated, kBadValue };
+struct Utf8Sequence {
+  Utf8Error error = Utf8Error::kNone;
+  int length = 0;
+};
+
+Utf8Sequence DecodeUtf8(absl::string_view text, size_t start) {
+  const unsigned char lead = static_cast<unsigned char>(text[start]);
+  int extra;
+  uint32_t cp = 0;
+  if (lead >= 0xc2 && lead <= 0xdf)
+    extra = 1, cp = lead & 0x1f;
+  else if (lead >= 0xe0 && lead <= 0xef)
+    extra = 2, cp = lead & 0x0f;
+  else if (lead >= 0xf0 && lead <= 0xf4)
+    extra = 3, cp = lead & 0x07;
+  else
+    return {Utf8Error::kBadLead, 0};
+  for (int i = 1; i <= extra; ++i) {
+    if (start + i >= text.size() ||
+        (static_cast<unsigned char>(text[start + i]) & 0xc0) != 0x80) {
+      return {Utf8Error::kTruncated, 0};
+    }
+    cp = (cp << 6) | (static_cast<unsigned char>(text[start + i]) & 0x3f);
+  }
+  static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
+  if (cp < kMinForLength[extra] || cp > 0x10ffff ||
+      (cp >= 0xd800 && cp <= 0xdfff)) {
+    return {Utf8Error::kBadValue, 0};
+  }
+  return {Utf8Error::kNone, extra + 1};
+}
+
 // A recursive-descent parser over one text. Depth is bounded by
 // kMaxJsonDepth, so recursion is too.
 class Parser {
@@ -287,36 +322,24 @@ class Parser {
 
   // One raw UTF-8 sequence starting at pos_ (a byte >= 0x80), copied to out.
   absl::Status CopyUtf8Sequence(std::string* out) {
-    const unsigned char lead = static_cast<unsigned char>(Peek());
-    int extra;
-    uint32_t cp = 0;
-    if (lead >= 0xc2 && lead <= 0xdf)
-      extra = 1, cp = lead & 0x1f;
-    else if (lead >= 0xe0 && lead <= 0xef)
-      extra = 2, cp = lead & 0x0f;
-    else if (lead >= 0xf0 && lead <= 0xf4)
-      extra = 3, cp = lead & 0x07;
-    else
-      return Error("expected valid UTF-8 in the string");
     const size_t start = pos_;
-    for (int i = 1; i <= extra; ++i) {
-      if (start + i >= text_.size() ||
-          (static_cast<unsigned char>(text_[start + i]) & 0xc0) != 0x80) {
+    const Utf8Sequence seq = DecodeUtf8(text_, start);
+    switch (seq.error) {
+      case Utf8Error::kNone:
+        break;
+      case Utf8Error::kBadLead:
+        return Error("expected valid UTF-8 in the string");
+      case Utf8Error::kTruncated:
         return ErrorAt(start,
                        "expected valid UTF-8 in the string, found a "
                        "truncated multi-byte sequence");
-      }
-      cp = (cp << 6) | (static_cast<unsigned char>(text_[start + i]) & 0x3f);
+      case Utf8Error::kBadValue:
+        return ErrorAt(start,
+                       "expected valid UTF-8 in the string, found an "
+                       "overlong, surrogate or out-of-range sequence");
     }
-    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMinForLength[extra] || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return ErrorAt(start,
-                     "expected valid UTF-8 in the string, found an "
-                     "overlong, surrogate or out-of-range sequence");
-    }
-    out->append(text_.data() + start, extra + 1);
-    pos_ = start + extra + 1;
+    out->append(text_.data() + start, seq.length);
+    pos_ = start + seq.length;
     return absl::OkStatus();
   }
 
@@ -516,8 +539,19 @@ std::string JsonQuote(absl::string_view value) {
   std::string out;
   out.reserve(value.size() + 2);
   out.push_back('"');
-  for (char ch : value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const char ch = value[i];
     const unsigned char c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {
+      const Utf8Sequence seq = DecodeUtf8(value, i);
+      if (seq.error == Utf8Error::kNone) {
+        out.append(value.data() + i, seq.length);
+        i += seq.length - 1;
+      } else {
+        out += "\\ufffd";  // a byte that starts no valid UTF-8 sequence
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";

@@ -104,7 +104,9 @@ absl::StatusOr<JsonValue> ParseJson(absl::string_view text,
                                     size_t max_bytes = kMaxJsonBytes);
 
 // `value` as a JSON string literal with quotes: '"', '\' and control
-// characters escaped, everything else (UTF-8 included) copied as is.
+// characters escaped, valid UTF-8 copied as is, and each byte that starts
+// no valid UTF-8 sequence written as \ufffd (the replacement character),
+// so that the literal always parses (ParseJson refuses invalid UTF-8).
 std::string JsonQuote(absl::string_view value);
 
 }  // namespace meshpool

@@ -227,6 +227,25 @@ TEST(JsonQuote, RoundTripsThroughTheParser) {
   EXPECT_EQ(JsonQuote("a\"b\\c\n\x01"), R"("a\"b\\c\n\u0001")");
 }
 
+TEST(JsonQuote, InvalidUtf8BecomesReplacementCharactersThatParse) {
+  // A stray continuation byte, a truncated sequence, an overlong one and a
+  // lead byte that never starts UTF-8, around valid text.
+  const std::string bytes =
+      "a\x80"
+      "b\xc3\xa9\xe2\x82"
+      "z\xc0\xaf"
+      "q\xff\xf0\x9f\x98\x80";
+  const std::string quoted = JsonQuote(bytes);
+  EXPECT_EQ(quoted, R"("a\ufffdb)"
+                    "\xc3\xa9"
+                    R"(\ufffd\ufffdz\ufffd\ufffdq\ufffd)"
+                    "\xf0\x9f\x98\x80\"");
+  EXPECT_EQ(ParseString(quoted),
+            "a\xef\xbf\xbd"
+            "b\xc3\xa9\xef\xbf\xbd\xef\xbf\xbdz"
+            "\xef\xbf\xbd\xef\xbf\xbdq\xef\xbf\xbd\xf0\x9f\x98\x80");
+}
+
 TEST(JsonValue, WrongTypeAccessorsReturnEmptyValues) {
   JsonValue n = JsonValue::Number("3");
   EXPECT_EQ(n.string_value(), "");

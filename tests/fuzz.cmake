@@ -32,6 +32,7 @@ meshpool_fuzzer(shm_hello SOURCES fuzz/shm_hello_fuzz.cc LIBS meshpool_rdma)
 meshpool_fuzzer(uc_channel SOURCES fuzz/uc_channel_fuzz.cc LIBS meshpool_rdma PkgConfig::XXHASH)
 meshpool_fuzzer(tcp_responder SOURCES fuzz/tcp_responder_fuzz.cc LIBS meshpool_rdma)
 meshpool_fuzzer(flags SOURCES fuzz/flags_fuzz.cc LIBS meshpool_tools meshpool_common)
+meshpool_fuzzer(mac_tools SOURCES fuzz/mac_tools_fuzz.cc LIBS meshpool_tools meshpool_common)
 
 # Writes the binary seeds with the project's encoders (tests/fuzz/make_seeds.cc).
 add_executable(fuzz_make_seeds fuzz/make_seeds.cc)

@@ -6,6 +6,15 @@ meshpool_test(tools_doctor_test
 target_compile_definitions(tools_doctor_test PRIVATE
   MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
 add_dependencies(tools_doctor_test meshpool)
+# ... on macOS, without a Mac: recorded outputs of Apple's tools
+# (tests/data/macos) through the parsers, Diagnose and the real binary.
+meshpool_test(tools_doctor_mac_test
+  SOURCES tools_doctor_mac_test.cc
+  LIBS meshpool_tools)
+target_compile_definitions(tools_doctor_mac_test PRIVATE
+  MESHPOOL_BINARY="$<TARGET_FILE:meshpool>"
+  MESHPOOL_MAC_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/data/macos")
+add_dependencies(tools_doctor_mac_test meshpool)
 meshpool_test(tools_doctor_verbs_test
   SOURCES tools_doctor_verbs_test.cc
   LIBS meshpool_tools meshpool_rdma

@@ -10,11 +10,15 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "rdma/devices.h"
+#include "tests/doctor_facts.h"
 #include "tests/shell_util.h"
 #include "tools/doctor.h"
 
 namespace meshpool::tools {
 namespace {
+
+using ::meshpool::testing::Registered;
+using ::meshpool::testing::WithSeverity;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
@@ -40,16 +44,6 @@ rdma::RdmaDeviceInfo Rxe0() {
   return device;
 }
 
-RegistrationFacts Registered(const std::string& device) {
-  RegistrationFacts reg;
-  reg.device = device;
-  reg.ok = true;
-  reg.bytes = kDefaultDoctorPoolBytes;
-  reg.seconds = 0.125;
-  reg.page_kind = "transparent huge pages (MADV_HUGEPAGE)";
-  return reg;
-}
-
 // A host that can serve on rxe0: unlimited memlock, enough huge pages.
 HostFacts HealthyHost() {
   HostFacts facts;
@@ -71,15 +65,6 @@ HostFacts BareHost() {
   facts.kernel = {};
   facts.registrations.clear();
   return facts;
-}
-
-std::vector<Finding> WithSeverity(const DoctorReport& report,
-                                  Severity severity) {
-  std::vector<Finding> out;
-  for (const Finding& f : report.findings) {
-    if (f.severity == severity) out.push_back(f);
-  }
-  return out;
 }
 
 // Diagnoses `facts`, checking what every report must satisfy: findings are

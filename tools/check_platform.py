@@ -79,7 +79,6 @@ NOT_YET_SPLIT = {
     "tools/doctor.cc",
     "tools/doctor_host.cc",
     "tools/local_cluster.cc",
-    "tools/tls.cc",
 }
 
 IF_LINUX = re.compile(r"^\s*#\s*(ifdef\s+__linux__|if\s+defined\(__linux__\))")

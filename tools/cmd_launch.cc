@@ -1,7 +1,5 @@
 // `meshpool launch --hostfile FILE`: a cluster across hosts (tools/launch.h).
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -52,13 +50,7 @@ int RunLaunch(int argc, char** argv) {
     return Fail("launch", absl::InvalidArgumentError(
                               "give --hostfile FILE (the hosts to start)"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Fail("launch", absl::NotFoundError(
-                              absl::StrCat("cannot open the hostfile ", path)));
-  }
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  absl::StatusOr<Hostfile> hostfile = ParseHostfile(text);
+  absl::StatusOr<Hostfile> hostfile = ReadHostfile(path);
   if (!hostfile.ok()) return Fail("launch", hostfile.status());
   absl::StatusOr<absl::Duration> start_timeout =
       flags.GetDuration("start-timeout");

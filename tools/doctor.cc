@@ -118,11 +118,21 @@ bool DiagnoseUc(const rdma::RdmaDeviceInfo& device,
 // device is active, so this blocks the device.
 void DiagnoseInactivePort(const rdma::RdmaDeviceInfo& device,
                           const rdma::RdmaPortInfo& port, bool only_port,
-                          std::vector<Finding>& findings) {
+                          bool macos, std::vector<Finding>& findings) {
   Severity severity = only_port ? Severity::kError : Severity::kInfo;
   std::string where =
       absl::StrCat(device.name, " port ", port.port, " is ",
                    port.state.empty() ? "not ACTIVE" : port.state);
+  if (macos) {
+    // One device per cable (rdma_en2 on en2): a port down is a cable out.
+    Add(findings, severity,
+        absl::StrCat(where,
+                     ": its Thunderbolt cable is out, or the Mac at "
+                     "the other end is off"),
+        "check the cable at both ends (`system_profiler "
+        "SPThunderboltDataType` shows what each port sees)");
+    return;
+  }
   if (IsEthernet(port)) {
     std::string netdev = NetdevOf(port);
     Add(findings, severity,
@@ -144,7 +154,12 @@ void DiagnoseInactivePort(const rdma::RdmaDeviceInfo& device,
 
 // Why registering failed, and what to do, given the host's other facts.
 std::string RegistrationFix(const RegistrationFacts& reg,
-                            const HostFacts& facts) {
+                            const HostFacts& facts, bool macos) {
+  if (macos) {
+    return "restart this Mac (registering memory and allocating protection "
+           "domains have failed until a restart: exo #2186, mlx #3207), "
+           "then try a smaller `--pool-size 64MiB`";
+  }
   const MemlockFacts& memlock = facts.memlock;
   if (memlock.known && !memlock.ipc_lock && memlock.soft < reg.bytes) {
     return absl::StrCat(
@@ -168,7 +183,9 @@ std::string RegistrationFix(const RegistrationFacts& reg,
 
 // Judges one device; true when it can serve RDMA.
 bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
-                    bool thunderbolt, std::vector<Finding>& findings) {
+                    const DoctorOptions& options,
+                    std::vector<Finding>& findings) {
+  const bool thunderbolt = options.thunderbolt;
   if (absl::EqualsIgnoreCase(device.transport, "iWARP")) {
     Add(findings, Severity::kError,
         absl::StrCat(device.name,
@@ -188,7 +205,7 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
   bool usable_port = false;
   for (const rdma::RdmaPortInfo& port : device.ports) {
     if (!port.active) {
-      DiagnoseInactivePort(device, port, !any_active, findings);
+      DiagnoseInactivePort(device, port, !any_active, options.macos, findings);
       continue;
     }
     if (HasUsableGid(port, thunderbolt)) {
@@ -233,7 +250,7 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
       Add(findings, Severity::kError,
           absl::StrCat("registering a ", FormatSize(reg.bytes), " pool on ",
                        device.name, " failed: ", reg.error),
-          RegistrationFix(reg, facts));
+          RegistrationFix(reg, facts, options.macos));
     }
   }
   return usable_port && capable && registered;
@@ -384,7 +401,11 @@ absl::string_view SeverityName(Severity severity) {
 DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
   DoctorReport report;
   std::vector<Finding>& findings = report.findings;
-  if (!facts.list_ok) {
+  if (!facts.list_ok && options.macos) {
+    Add(findings, Severity::kError,
+        absl::StrCat("libibverbs cannot list devices: ", facts.list_error),
+        "check `ibv_devices`, and that RDMA is enabled (`rdma_ctl status`)");
+  } else if (!facts.list_ok) {
     Add(findings, Severity::kError,
         absl::StrCat("libibverbs cannot list devices: ", facts.list_error),
         facts.kernel.uverbs_denied.empty()
@@ -392,7 +413,11 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
             : "run as root, or `sudo chmod 666 /dev/infiniband/uverbs*` "
               "(lasting: a udev rule or the `rdma` group)");
   } else if (facts.devices.empty()) {
-    DiagnoseNoDevices(facts, findings);
+    if (options.macos) {
+      DiagnoseMacNoDevices(facts, findings);
+    } else {
+      DiagnoseNoDevices(facts, findings);
+    }
   } else {
     bool found = options.device.empty();
     std::vector<std::string> names;
@@ -400,7 +425,7 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
       names.push_back(device.name);
       if (!options.device.empty() && device.name != options.device) continue;
       found = true;
-      if (DiagnoseDevice(device, facts, options.thunderbolt, findings)) {
+      if (DiagnoseDevice(device, facts, options, findings)) {
         report.serving_devices.push_back(device.name);
       }
     }
@@ -411,8 +436,13 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
           absl::StrCat("`meshpool doctor --device ", names.front(), "`"));
     }
   }
-  DiagnoseMemlock(facts.memlock, options.pool_bytes, findings);
-  DiagnoseHugePages(facts.hugepages, options.pool_bytes, findings);
+  if (options.macos) {
+    DiagnoseMac(facts, options, findings);
+  } else {
+    DiagnoseMemlock(facts.memlock, options.pool_bytes, findings);
+    DiagnoseHugePages(facts.hugepages, options.pool_bytes, findings);
+  }
+  DiagnoseMesh(facts, options, findings);
   std::stable_sort(
       findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
         return static_cast<int>(a.severity) > static_cast<int>(b.severity);

@@ -15,10 +15,13 @@
 #define MESHPOOL_TOOLS_DOCTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "rdma/devices.h"
 #include "rdma/rdma.h"
@@ -30,8 +33,21 @@ inline constexpr uint64_t kDefaultDoctorPoolBytes = 256ull << 20;
 // A memlock limit of "unlimited".
 inline constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 
+struct Hostfile;  // tools/hostfile.h
+
 struct DoctorOptions {
   std::string device;  // --device: judge only this one; empty: any
+  // --platform macos: judge a Mac (Apple's tools below, no Linux kernel
+  // checks); the default on macOS. Elsewhere it runs the same checks on
+  // whatever `rdma_ctl`, `system_profiler`, ... are on PATH, which is how
+  // they are tested with recorded outputs.
+  bool macos = false;
+  // --hostfile: the cluster's hosts and cables, and which of them this host
+  // is (--host-name); the links of this host are checked against the
+  // devices found, and the mesh for pairs without a cable. Null: no mesh
+  // check. Not owned; outlives Diagnose.
+  const Hostfile* hostfile = nullptr;
+  std::string host_name;
   // --profile thunderbolt: judge for the uc backend on UC queue pairs under
   // Apple's limits (rdma/uc.h) instead of for verbs RC.
   bool thunderbolt = false;
@@ -81,6 +97,56 @@ struct RegistrationFacts {
   std::string page_kind;  // how the buffer was backed
 };
 
+// ---- macOS -----------------------------------------------------------------
+// `rdma_ctl status`: RDMA over Thunderbolt is switched on only from
+// Recovery.
+enum class RdmaCtlState { kUnknown, kEnabled, kDisabled };
+
+// One port of `system_profiler SPThunderboltDataType`.
+struct ThunderboltPort {
+  std::string bus;           // "Thunderbolt/USB4 Bus 2"
+  std::string receptacle;    // the port's number on the case, "" if none
+  bool connected = false;    // "Status: Device connected"
+  double speed_gbps = 0;     // "Speed: 80 Gb/s"; 0 when not given
+  bool speed_up_to = false;  // "Speed: Up to 40 Gb/s": a bound, not a link
+  std::string peer;          // the device on the cable ("Mac Studio"), if any
+  std::string peer_model;    // its "Device Name" ("Mac16,9"), if given
+  bool peer_rdma = false;    // it offers a service keyed "rdma"
+};
+
+// One interface of `ifconfig`.
+struct MacInterface {
+  std::string name;     // "en2"
+  bool up = false;      // flags hold UP
+  bool active = false;  // "status: active"
+  std::vector<std::string> ipv4;
+  bool ipv6_link_local = false;
+  std::vector<std::string> members;  // a bridge's member interfaces
+};
+
+struct MacFacts {
+  bool gathered = false;  // the macOS checks ran
+  // Each source: whether its command ran, and why not.
+  bool rdma_ctl_ran = false;
+  std::string rdma_ctl_error;
+  std::string rdma_ctl_output;  // trimmed
+  RdmaCtlState rdma = RdmaCtlState::kUnknown;
+  bool profiler_ran = false;
+  std::string profiler_error;
+  std::vector<ThunderboltPort> thunderbolt;
+  // `networksetup -listallhardwareports`: interface -> hardware port
+  // ("en2" -> "Thunderbolt 1", "bridge0" -> "Thunderbolt Bridge").
+  bool hardware_ports_ran = false;
+  std::vector<std::pair<std::string, std::string>> hardware_ports;
+  bool ifconfig_ran = false;
+  std::vector<MacInterface> interfaces;
+  // `sysctl -n hw.memsize` and `sysctl -n iogpu.wired_limit_mb` (0: the
+  // macOS default for how much memory the GPU may wire).
+  uint64_t memsize = 0;  // 0 when unknown
+  bool wired_limit_known = false;
+  uint64_t wired_limit_mb = 0;
+};
+
 struct HostFacts {
   // ListRdmaDevices: OK with possibly no devices, or why libibverbs failed.
   bool list_ok = true;
@@ -90,6 +156,7 @@ struct HostFacts {
   HugePageFacts hugepages;
   KernelFacts kernel;
   std::vector<RegistrationFacts> registrations;  // usable devices only
+  MacFacts mac;                                  // under --platform macos
 };
 
 enum class Severity { kInfo, kWarning, kError };
@@ -115,6 +182,17 @@ struct DoctorReport {
 // with an active port (only options.device when set).
 HostFacts GatherHostFacts(const DoctorOptions& options);
 
+// Runs one command (argv[0] looked up on PATH) and returns its standard
+// output; NotFound when it is not installed, Unavailable when it exits
+// non-zero (with its standard error).
+using CommandRunner = std::function<absl::StatusOr<std::string>(
+    const std::vector<std::string>& argv)>;
+// Runs commands as processes, with a 10 s limit each.
+CommandRunner ProcessCommandRunner();
+// The macOS facts from Apple's tools, run through `run`. Never fails: a
+// command that cannot run is recorded in the facts.
+MacFacts GatherMacFacts(const CommandRunner& run);
+
 // Judges the facts. Pure: same facts, same report. A device can serve when
 // it has an active port with a usable GID (RoCE v2 IPv4 on Ethernet, any on
 // InfiniBand), supports atomics, and the pool registered on it. Under the
@@ -122,6 +200,20 @@ HostFacts GatherHostFacts(const DoctorOptions& options);
 // QP instead of atomics (the node executes them), and a link-local RoCE v2
 // GID will do.
 DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options);
+
+// The parts of Diagnose by concern (doctor_mac.cc), exposed for it:
+// the macOS findings (rdma_ctl, Thunderbolt links and their speed, the
+// Thunderbolt Bridge, each RDMA interface's addresses, memory), and why a
+// Mac lists no RDMA device.
+void DiagnoseMac(const HostFacts& facts, const DoctorOptions& options,
+                 std::vector<Finding>& findings);
+void DiagnoseMacNoDevices(const HostFacts& facts,
+                          std::vector<Finding>& findings);
+// The mesh of options.hostfile: this host's links against its devices (one
+// error per link whose device is missing or down), the pairs of hosts no
+// cable joins, and on a Mac the Thunderbolt ports against the links.
+void DiagnoseMesh(const HostFacts& facts, const DoctorOptions& options,
+                  std::vector<Finding>& findings);
 
 // A compact listing of the facts, then the findings, then the verdict.
 std::string FormatText(const HostFacts& facts, const DoctorReport& report,
@@ -140,6 +232,16 @@ std::string ParseTransparentHugePages(absl::string_view enabled);
 bool HasIpcLockCapability(absl::string_view proc_status);
 // Whether `gid` (as ListRdmaDevices formats it) is an IPv4-mapped address.
 bool IsIpv4MappedGid(absl::string_view gid);
+// `rdma_ctl status` output: "enabled" or "disabled" (any case, whitespace
+// around); kUnknown for anything else.
+RdmaCtlState ParseRdmaCtlStatus(absl::string_view output);
+// Every port of every bus in `system_profiler SPThunderboltDataType`'s text.
+std::vector<ThunderboltPort> ParseThunderboltProfile(absl::string_view text);
+// (interface, hardware port) pairs of `networksetup -listallhardwareports`.
+std::vector<std::pair<std::string, std::string>> ParseHardwarePorts(
+    absl::string_view text);
+// The interfaces of BSD `ifconfig` output (macOS's format).
+std::vector<MacInterface> ParseIfconfig(absl::string_view text);
 
 }  // namespace meshpool::tools
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -92,6 +93,122 @@ std::string DeviceJson(const rdma::RdmaDeviceInfo& device) {
                       ", \"ports\": [", absl::StrJoin(ports, ", "), "]}");
 }
 
+void AppendRegistrations(std::string& out, const HostFacts& facts,
+                         const DoctorOptions& options) {
+  if (facts.registrations.empty()) return;
+  absl::StrAppend(&out, "pool registration (", FormatSize(options.pool_bytes),
+                  ", ", facts.registrations.front().page_kind, "):\n");
+  for (const RegistrationFacts& reg : facts.registrations) {
+    if (reg.ok) {
+      absl::StrAppendFormat(&out, "  %-10s ok in %.0f ms (%.0f ms/GiB)\n",
+                            reg.device, reg.seconds * 1e3, MsPerGiB(reg));
+    } else {
+      absl::StrAppendFormat(&out, "  %-10s FAILED: %s\n", reg.device,
+                            reg.error);
+    }
+  }
+}
+
+// The findings, then the verdict last.
+void AppendFindings(std::string& out, const DoctorReport& report) {
+  absl::StrAppend(&out, "findings:", report.findings.empty() ? " none" : "",
+                  "\n");
+  for (const Finding& f : report.findings) {
+    absl::StrAppend(&out, "  ", SeverityName(f.severity), ": ", f.what,
+                    f.fix.empty() ? "" : absl::StrCat("; fix: ", f.fix), "\n");
+  }
+  absl::StrAppend(&out, report.verdict, "\n");
+}
+
+const char* RdmaCtlName(const MacFacts& mac) {
+  if (!mac.rdma_ctl_ran) return "unknown";
+  switch (mac.rdma) {
+    case RdmaCtlState::kEnabled:
+      return "enabled";
+    case RdmaCtlState::kDisabled:
+      return "disabled";
+    case RdmaCtlState::kUnknown:
+      break;
+  }
+  return "unreadable";
+}
+
+// The macOS facts, in place of the Linux kernel, memlock and huge pages.
+void AppendMac(std::string& out, const MacFacts& mac) {
+  absl::StrAppend(&out, "macOS: rdma_ctl ", RdmaCtlName(mac));
+  if (mac.memsize != 0) {
+    absl::StrAppend(&out, "; memory ", FormatSize(mac.memsize));
+  }
+  if (mac.wired_limit_known) {
+    absl::StrAppend(&out, "; iogpu.wired_limit_mb ", mac.wired_limit_mb,
+                    mac.wired_limit_mb == 0 ? " (default)" : "");
+  }
+  absl::StrAppend(&out, "\n");
+  if (!mac.profiler_ran) {
+    absl::StrAppend(&out, "thunderbolt: unknown (", mac.profiler_error, ")\n");
+  } else {
+    absl::StrAppend(&out, "thunderbolt: ", mac.thunderbolt.size(), " ports\n");
+  }
+  for (const ThunderboltPort& port : mac.thunderbolt) {
+    absl::StrAppend(&out, "  ", port.bus,
+                    port.receptacle.empty()
+                        ? ""
+                        : absl::StrCat(" receptacle ", port.receptacle),
+                    ": ", port.connected ? "connected" : "nothing connected");
+    if (port.speed_gbps > 0) {
+      absl::StrAppend(&out, ", ", port.speed_up_to ? "up to " : "",
+                      port.speed_gbps, " Gb/s");
+    }
+    if (!port.peer.empty()) {
+      absl::StrAppend(
+          &out, ", ", port.peer,
+          port.peer_model.empty() ? "" : " (" + port.peer_model + ")",
+          port.peer_rdma ? ", rdma" : "");
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  for (const MacInterface& i : mac.interfaces) {
+    if (i.members.empty() && !absl::StartsWith(i.name, "en")) continue;
+    std::string port;
+    for (const auto& [device, name] : mac.hardware_ports) {
+      if (device == i.name) port = name;
+    }
+    if (i.members.empty() && !absl::StartsWith(port, "Thunderbolt")) continue;
+    absl::StrAppend(
+        &out, "  ", i.name, port.empty() ? "" : " (" + port + ")", ": ",
+        i.up ? (i.active ? "up" : "up, no link") : "down",
+        i.ipv4.empty() ? "" : ", " + absl::StrJoin(i.ipv4, " "),
+        i.ipv6_link_local ? ", fe80::" : "",
+        i.members.empty() ? "" : ", members " + absl::StrJoin(i.members, " "),
+        "\n");
+  }
+}
+
+std::string MacJson(const MacFacts& mac) {
+  std::vector<std::string> ports, interfaces;
+  for (const ThunderboltPort& p : mac.thunderbolt) {
+    ports.push_back(absl::StrCat(
+        "{\"bus\": ", JsonQuote(p.bus), ", \"receptacle\": ",
+        JsonQuote(p.receptacle), ", \"connected\": ", Bool(p.connected),
+        ", \"speed_gbps\": ", absl::StrFormat("%.0f", p.speed_gbps),
+        ", \"speed_up_to\": ", Bool(p.speed_up_to), ", \"peer\": ",
+        JsonQuote(p.peer), ", \"peer_model\": ", JsonQuote(p.peer_model),
+        ", \"peer_rdma\": ", Bool(p.peer_rdma), "}"));
+  }
+  for (const MacInterface& i : mac.interfaces) {
+    interfaces.push_back(absl::StrCat(
+        "{\"name\": ", JsonQuote(i.name), ", \"up\": ", Bool(i.up),
+        ", \"ipv4\": ", Strings(i.ipv4), ", \"ipv6_link_local\": ",
+        Bool(i.ipv6_link_local), ", \"members\": ", Strings(i.members), "}"));
+  }
+  return absl::StrCat(
+      "{\"rdma_ctl\": ", JsonQuote(RdmaCtlName(mac)),
+      ", \"thunderbolt_ports\": [", absl::StrJoin(ports, ", "), "]",
+      ", \"interfaces\": [", absl::StrJoin(interfaces, ", "), "]",
+      ", \"memsize\": ", mac.memsize, ", \"wired_limit_mb\": ",
+      mac.wired_limit_known ? absl::StrCat(mac.wired_limit_mb) : "null", "}");
+}
+
 }  // namespace
 
 std::string FormatText(const HostFacts& facts, const DoctorReport& report,
@@ -108,6 +225,12 @@ std::string FormatText(const HostFacts& facts, const DoctorReport& report,
     for (const rdma::RdmaDeviceInfo& device : facts.devices) {
       AppendDevice(out, device);
     }
+  }
+  if (facts.mac.gathered) {
+    AppendMac(out, facts.mac);
+    AppendRegistrations(out, facts, options);
+    AppendFindings(out, report);
+    return out;
   }
   const KernelFacts& kernel = facts.kernel;
   absl::StrAppend(
@@ -141,26 +264,8 @@ std::string FormatText(const HostFacts& facts, const DoctorReport& report,
                   huge.transparent.empty() ? "unknown" : huge.transparent,
                   "; shmem: ", huge.shmem.empty() ? "unknown" : huge.shmem,
                   "\n");
-  if (!facts.registrations.empty()) {
-    absl::StrAppend(&out, "pool registration (", FormatSize(options.pool_bytes),
-                    ", ", facts.registrations.front().page_kind, "):\n");
-    for (const RegistrationFacts& reg : facts.registrations) {
-      if (reg.ok) {
-        absl::StrAppendFormat(&out, "  %-10s ok in %.0f ms (%.0f ms/GiB)\n",
-                              reg.device, reg.seconds * 1e3, MsPerGiB(reg));
-      } else {
-        absl::StrAppendFormat(&out, "  %-10s FAILED: %s\n", reg.device,
-                              reg.error);
-      }
-    }
-  }
-  absl::StrAppend(&out, "findings:", report.findings.empty() ? " none" : "",
-                  "\n");
-  for (const Finding& f : report.findings) {
-    absl::StrAppend(&out, "  ", SeverityName(f.severity), ": ", f.what,
-                    f.fix.empty() ? "" : absl::StrCat("; fix: ", f.fix), "\n");
-  }
-  absl::StrAppend(&out, report.verdict, "\n");
+  AppendRegistrations(out, facts, options);
+  AppendFindings(out, report);
   return out;
 }
 
@@ -205,6 +310,7 @@ std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
       ", \"uverbs_denied\": ", Strings(kernel.uverbs_denied),
       ", \"rdma_rxe_loaded\": ", Bool(kernel.rdma_rxe_loaded),
       ", \"ib_uverbs_loaded\": ", Bool(kernel.ib_uverbs_loaded), "}",
+      facts.mac.gathered ? ",\n  \"mac\": " + MacJson(facts.mac) : "",
       ",\n  \"registrations\": [", absl::StrJoin(registrations, ",\n    "), "]",
       ",\n  \"findings\": [\n    ", absl::StrJoin(findings, ",\n    "), "]",
       ",\n  \"serving_devices\": ", Strings(report.serving_devices),

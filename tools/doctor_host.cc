@@ -172,9 +172,13 @@ HostFacts GatherHostFacts(const DoctorOptions& options) {
     facts.list_ok = false;
     facts.list_error = devices.status().ToString();
   }
-  facts.memlock = GatherMemlock();
-  facts.hugepages = GatherHugePages();
-  facts.kernel = GatherKernel();
+  if (options.macos) {
+    facts.mac = GatherMacFacts(ProcessCommandRunner());
+  } else {
+    facts.memlock = GatherMemlock();
+    facts.hugepages = GatherHugePages();
+    facts.kernel = GatherKernel();
+  }
   facts.registrations = GatherRegistrations(facts.devices, options);
   return facts;
 }

@@ -1,6 +1,7 @@
 #include "tools/hostfile.h"
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -248,27 +249,45 @@ absl::Status CheckReportedDevices(const LaunchHost& host,
     }
     active[name->string_value()] = up;
   }
+  std::vector<std::string> problems = LinkProblems(host, active);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(problems.front());
+}
+
+absl::StatusOr<Hostfile> ReadHostfile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open the hostfile ", path));
+  }
+  std::string text(kMaxHostfileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseHostfile(text);  // refuses more than kMaxHostfileBytes
+}
+
+std::vector<std::string> LinkProblems(
+    const LaunchHost& host, const std::map<std::string, bool>& devices) {
   std::vector<std::string> have;
-  for (const auto& [name, up] : active) have.push_back(name);
+  for (const auto& [name, up] : devices) have.push_back(name);
   const std::string listed = have.empty() ? "none" : absl::StrJoin(have, ", ");
+  std::vector<std::string> problems;
   for (const auto& [peer, device] : host.links) {
-    auto it = active.find(device);
-    if (it == active.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("host ", host.name, " has no RDMA device ", device,
-                       " (its link to ", peer, "; it has: ", listed,
-                       "): check the cable between ", host.name, " and ", peer,
-                       ", that it is Thunderbolt 5, and that "
-                       "RDMA is enabled there (`meshpool doctor`)"));
-    }
-    if (!it->second) {
-      return absl::FailedPreconditionError(
+    auto it = devices.find(device);
+    if (it == devices.end()) {
+      problems.push_back(absl::StrCat(
+          "host ", host.name, " has no RDMA device ", device, " (its link to ",
+          peer, "; it has: ", listed, "): check the cable between ", host.name,
+          " and ", peer,
+          ", that it is Thunderbolt 5, and that RDMA is enabled there "
+          "(`meshpool doctor`)"));
+    } else if (!it->second) {
+      problems.push_back(
           absl::StrCat("host ", host.name, ": ", device, " (its link to ", peer,
                        ") has no active port: the cable to ", peer,
                        " is unplugged or ", peer, " is off"));
     }
   }
-  return absl::OkStatus();
+  return problems;
 }
 
 }  // namespace meshpool::tools

@@ -58,6 +58,10 @@ struct Hostfile {
 // kMaxLaunchHosts hosts or kMaxHostfileBytes.
 absl::StatusOr<Hostfile> ParseHostfile(absl::string_view json);
 
+// ParseHostfile of the file at `path`. NotFound when it cannot be opened;
+// InvalidArgument beyond kMaxHostfileBytes or as ParseHostfile.
+absl::StatusOr<Hostfile> ReadHostfile(const std::string& path);
+
 // The N x N device matrix the links describe, in rdma::ParseDeviceMatrix's
 // format ("-" where two hosts have no cable). Empty when no host has links.
 std::string DeviceMatrixText(const Hostfile& hostfile);
@@ -68,11 +72,17 @@ std::string DeviceMatrixText(const Hostfile& hostfile);
 std::vector<std::pair<std::string, std::string>> MissingLinks(
     const Hostfile& hostfile);
 
+// What is wrong with `host`'s links given the RDMA devices it has (device
+// -> whether any of its ports is active): one sentence per link whose
+// device is missing or has no active port, naming the cable and what to
+// check. Empty when every link is ready.
+std::vector<std::string> LinkProblems(
+    const LaunchHost& host, const std::map<std::string, bool>& devices);
+
 // Checks `host`'s links against the devices it reports: `doctor_json` is
 // what `meshpool doctor --json` printed there (text around the JSON object
 // is ignored). OK when every device its links name is present with an
-// active port. FailedPrecondition naming the device, the peer its cable
-// goes to and the devices the host has, when one is missing or down, or
+// active port. FailedPrecondition with the first of LinkProblems, or
 // when the report cannot be read.
 absl::Status CheckReportedDevices(const LaunchHost& host,
                                   absl::string_view doctor_json);

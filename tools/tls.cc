@@ -1,8 +1,6 @@
 #include "tools/tls.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/common.h"
 #include "tools/flags.h"
+#include "tools/run_command.h"
 
 namespace meshpool::tools {
 namespace {
@@ -22,6 +21,8 @@ constexpr size_t kMaxNameLength = 64;
 constexpr int kCaDays = 3650;
 constexpr int kCertDays = 825;
 constexpr char kCurve[] = "ec_paramgen_curve:prime256v1";
+// One openssl call, at most (key generation takes well under a second).
+constexpr absl::Duration kOpensslTimeout = absl::Minutes(1);
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -53,37 +54,18 @@ absl::Status CheckIdentity(const CertIdentity& id) {
 
 // Runs `openssl args...`; its output goes into the error when it fails.
 absl::Status Openssl(const std::vector<std::string>& args) {
-  // Everything the child needs is made before fork: it only dups and execs.
-  std::string name = "openssl";
-  std::vector<char*> argv = {name.data()};
-  for (const std::string& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
-  const pid_t pid = ::fork();
-  if (pid < 0) return ErrnoToStatus(errno, "fork");
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(out[1], STDERR_FILENO);
-    ::execvp("openssl", argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string output;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(out[0], buf, sizeof(buf))) > 0) output.append(buf, n);
-  ::close(out[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+  std::vector<std::string> argv = {"openssl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> run =
+      RunCommand(argv, kOpensslTimeout, /*merge_stderr=*/true);
+  if (absl::IsNotFound(run.status())) {
     return absl::FailedPreconditionError(
         "the openssl command is missing: apt-get install openssl");
   }
-  return absl::InternalError(
-      absl::StrCat("openssl ", absl::StrJoin(args, " "), " failed:\n", output));
+  if (!run.ok()) return run.status();
+  if (run->exit_code == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("openssl ", absl::StrJoin(args, " "),
+                                          " failed:\n", run->output));
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
