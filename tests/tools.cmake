@@ -22,6 +22,10 @@ meshpool_test(tools_doctor_verbs_test
 target_compile_definitions(tools_doctor_verbs_test PRIVATE
   MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
 add_dependencies(tools_doctor_verbs_test meshpool)
+# tools/run_command: external commands with a time limit.
+meshpool_test(tools_run_command_test
+  SOURCES tools_run_command_test.cc
+  LIBS meshpool_tools)
 # tools/flags: library messages translated to the command line's flags.
 meshpool_test(tools_flags_test
   SOURCES tools_flags_test.cc
