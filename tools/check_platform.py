@@ -76,8 +76,6 @@ NOT_YET_SPLIT = {
     "tests/store_pool_test.cc",
     "tests/tools_doctor_test.cc",
     "tests/verbs_vm_util.h",
-    "tools/doctor.cc",
-    "tools/doctor_host.cc",
     "tools/local_cluster.cc",
 }
 

@@ -1,6 +1,7 @@
-// Diagnose: facts -> findings and a verdict (pure), and the text parsers
-// GatherHostFacts uses. Formatting lives in doctor_format.cc, reading the
-// host in doctor_host.cc.
+// Diagnose: facts -> findings and a verdict (pure): the devices, ports,
+// GIDs and registrations on every platform. The Linux kernel's part and its
+// parsers live in doctor_linux.cc, the macOS part in doctor_mac.cc,
+// formatting in doctor_format.cc, reading the host in doctor_host*.cc.
 #include "tools/doctor.h"
 
 #include <arpa/inet.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -23,23 +25,6 @@
 
 namespace meshpool::tools {
 namespace {
-
-// CAP_IPC_LOCK's bit in the capability sets (linux/capability.h).
-constexpr int kCapIpcLockBit = 14;
-
-constexpr absl::string_view kSoftRoceFix =
-    "load Soft-RoCE: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev "
-    "eth0`, or install your NIC's driver and `apt install ibverbs-providers "
-    "rdma-core`";
-
-void Add(std::vector<Finding>& findings, Severity severity, std::string what,
-         std::string fix) {
-  findings.push_back({severity, std::move(what), std::move(fix)});
-}
-
-std::string LimitText(uint64_t bytes) {
-  return bytes == kUnlimited ? "unlimited" : FormatSize(bytes);
-}
 
 // The network device a port's GIDs belong to ("" for InfiniBand / unknown).
 std::string NetdevOf(const rdma::RdmaPortInfo& port) {
@@ -79,7 +64,8 @@ bool DiagnoseUc(const rdma::RdmaDeviceInfo& device,
                 std::vector<Finding>& findings) {
   bool ok = true;
   if (!device.uc_queue_pairs) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat(device.name,
                      " cannot create a UC queue pair, which the uc backend "
                      "(Thunderbolt's only RDMA) runs on"),
@@ -94,14 +80,16 @@ bool DiagnoseUc(const rdma::RdmaDeviceInfo& device,
   if (device.max_qp_wr > 0 &&
       static_cast<uint32_t>(device.max_qp_wr) <
           rdma::UcReceiveDepth(defaults.window_frames)) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat(device.name, " allows ", device.max_qp_wr,
                      " work requests per queue pair; a uc link posts ", needed),
         "use a device with deeper queues");
     ok = false;
   }
   if (ok) {
-    Add(findings, Severity::kInfo,
+    AddFinding(
+        findings, Severity::kInfo,
         absl::StrCat("thunderbolt profile: ", device.name, " serves at most ",
                      rdma::kThunderboltMaxQpsPerDevice,
                      " UC queue pairs: that many client processes (or "
@@ -125,17 +113,18 @@ void DiagnoseInactivePort(const rdma::RdmaDeviceInfo& device,
                    port.state.empty() ? "not ACTIVE" : port.state);
   if (macos) {
     // One device per cable (rdma_en2 on en2): a port down is a cable out.
-    Add(findings, severity,
-        absl::StrCat(where,
-                     ": its Thunderbolt cable is out, or the Mac at "
-                     "the other end is off"),
-        "check the cable at both ends (`system_profiler "
-        "SPThunderboltDataType` shows what each port sees)");
+    AddFinding(findings, severity,
+               absl::StrCat(where,
+                            ": its Thunderbolt cable is out, or the Mac at "
+                            "the other end is off"),
+               "check the cable at both ends (`system_profiler "
+               "SPThunderboltDataType` shows what each port sees)");
     return;
   }
   if (IsEthernet(port)) {
     std::string netdev = NetdevOf(port);
-    Add(findings, severity,
+    AddFinding(
+        findings, severity,
         absl::StrCat(where, " (Ethernet",
                      netdev.empty() ? "" : absl::StrCat(" on ", netdev), ")"),
         netdev.empty()
@@ -144,7 +133,8 @@ void DiagnoseInactivePort(const rdma::RdmaDeviceInfo& device,
             : absl::StrCat("`ip link set ", netdev, " up`"));
     return;
   }
-  Add(findings, severity, absl::StrCat(where, " (InfiniBand)"),
+  AddFinding(
+      findings, severity, absl::StrCat(where, " (InfiniBand)"),
       absl::EqualsIgnoreCase(port.state, "INIT")
           ? "no subnet manager configured the port: start one, `opensm` (or "
             "`systemctl start opensm`) or the switch's subnet manager"
@@ -187,7 +177,8 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
                     std::vector<Finding>& findings) {
   const bool thunderbolt = options.thunderbolt;
   if (absl::EqualsIgnoreCase(device.transport, "iWARP")) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat(device.name,
                      " is an iWARP device: its connections need rdma_cm, "
                      "which meshpool's verbs backend does not use"),
@@ -195,9 +186,9 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
     return false;
   }
   if (device.ports.empty()) {
-    Add(findings, Severity::kError,
-        absl::StrCat(device.name, " reports no ports"),
-        "check the driver's messages: `dmesg | grep -i rdma`");
+    AddFinding(findings, Severity::kError,
+               absl::StrCat(device.name, " reports no ports"),
+               "check the driver's messages: `dmesg | grep -i rdma`");
     return false;
   }
   bool any_active = std::any_of(device.ports.begin(), device.ports.end(),
@@ -214,29 +205,30 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
     }
     std::string netdev = NetdevOf(port);
     if (IsEthernet(port)) {
-      Add(findings, Severity::kError,
-          absl::StrCat(
-              device.name, " port ", port.port, " has no RoCE v2 IPv4 GID (",
-              netdev.empty() ? "its netdev" : netdev, " has no IPv4 address)"),
-          absl::StrCat("`ip addr add <addr>/<len> dev ",
-                       netdev.empty() ? "<netdev>" : netdev, "`"));
+      AddFinding(findings, Severity::kError,
+                 absl::StrCat(device.name, " port ", port.port,
+                              " has no RoCE v2 IPv4 GID (",
+                              netdev.empty() ? "its netdev" : netdev,
+                              " has no IPv4 address)"),
+                 absl::StrCat("`ip addr add <addr>/<len> dev ",
+                              netdev.empty() ? "<netdev>" : netdev, "`"));
     } else {
-      Add(findings, Severity::kError,
-          absl::StrCat(device.name, " port ", port.port, " has no GID"),
-          "start a subnet manager (`opensm`) and check the port with "
-          "`ibv_devinfo -v`");
+      AddFinding(findings, Severity::kError,
+                 absl::StrCat(device.name, " port ", port.port, " has no GID"),
+                 "start a subnet manager (`opensm`) and check the port with "
+                 "`ibv_devinfo -v`");
     }
   }
   // Under the thunderbolt profile the node executes atomics itself.
   const bool capable =
       thunderbolt ? DiagnoseUc(device, findings) : device.atomics;
   if (!thunderbolt && !device.atomics) {
-    Add(findings, Severity::kError,
-        absl::StrCat(device.name,
-                     " does not support RDMA atomics (CAS/FAA), which "
-                     "meshpool's index updates need"),
-        "use a device with atomics (ConnectX, or Soft-RoCE: `modprobe "
-        "rdma_rxe`)");
+    AddFinding(findings, Severity::kError,
+               absl::StrCat(device.name,
+                            " does not support RDMA atomics (CAS/FAA), which "
+                            "meshpool's index updates need"),
+               "use a device with atomics (ConnectX, or Soft-RoCE: `modprobe "
+               "rdma_rxe`)");
   }
   // A registration that failed because of a problem reported above (the
   // transport refuses a port without a usable GID) adds nothing.
@@ -247,122 +239,13 @@ bool DiagnoseDevice(const rdma::RdmaDeviceInfo& device, const HostFacts& facts,
     if (reg.ok) {
       registered = true;
     } else if (!blocked) {
-      Add(findings, Severity::kError,
-          absl::StrCat("registering a ", FormatSize(reg.bytes), " pool on ",
-                       device.name, " failed: ", reg.error),
-          RegistrationFix(reg, facts, options.macos));
+      AddFinding(findings, Severity::kError,
+                 absl::StrCat("registering a ", FormatSize(reg.bytes),
+                              " pool on ", device.name, " failed: ", reg.error),
+                 RegistrationFix(reg, facts, options.macos));
     }
   }
   return usable_port && capable && registered;
-}
-
-void DiagnoseNoDevices(const HostFacts& facts, std::vector<Finding>& findings) {
-  const KernelFacts& kernel = facts.kernel;
-  if (kernel.sysfs_devices.empty()) {
-    Add(findings, Severity::kError,
-        "no RDMA devices: libibverbs lists none and /sys/class/infiniband is "
-        "empty",
-        kernel.rdma_rxe_loaded
-            ? "rdma_rxe is loaded: `rdma link add rxe0 type rxe netdev eth0`, "
-              "or install your NIC's driver and `apt install ibverbs-providers "
-              "rdma-core`"
-            : std::string(kSoftRoceFix));
-    return;
-  }
-  std::string kernel_devices = absl::StrJoin(kernel.sysfs_devices, ", ");
-  if (kernel.uverbs.empty()) {
-    Add(findings, Severity::kError,
-        absl::StrCat(
-            "the kernel has RDMA devices (", kernel_devices,
-            ") but there is no /dev/infiniband/uverbs*",
-            kernel.ib_uverbs_loaded ? "" : ": ib_uverbs is not loaded"),
-        "`modprobe ib_uverbs`");
-  } else if (kernel.uverbs_denied.size() == kernel.uverbs.size()) {
-    Add(findings, Severity::kError,
-        absl::StrCat("the kernel has RDMA devices (", kernel_devices,
-                     ") but this user cannot open ",
-                     absl::StrJoin(kernel.uverbs_denied, ", ")),
-        "run as root, or `sudo chmod 666 /dev/infiniband/uverbs*` (lasting: "
-        "a udev rule or the `rdma` group)");
-  } else {
-    Add(findings, Severity::kError,
-        absl::StrCat("the kernel has RDMA devices (", kernel_devices,
-                     ") but libibverbs lists none: their user-space provider "
-                     "is missing"),
-        "`apt install ibverbs-providers rdma-core` (/etc/libibverbs.d must "
-        "name the driver, e.g. rxe.driver)");
-  }
-}
-
-void DiagnoseMemlock(const MemlockFacts& memlock, uint64_t pool,
-                     std::vector<Finding>& findings) {
-  if (!memlock.known) {
-    Add(findings, Severity::kWarning, "could not read RLIMIT_MEMLOCK",
-        "check it with `ulimit -l`; it must be `unlimited` or above the pool");
-    return;
-  }
-  if (memlock.soft == kUnlimited || memlock.soft >= pool) return;
-  std::string what = absl::StrCat("memlock limit is ", LimitText(memlock.soft),
-                                  ", below the ", FormatSize(pool), " pool");
-  if (memlock.ipc_lock) {
-    Add(findings, Severity::kInfo,
-        absl::StrCat(what,
-                     ", but this process has CAP_IPC_LOCK, which "
-                     "overrides it; a node started without it fails"),
-        "`ulimit -l unlimited` where nodes start");
-    return;
-  }
-  if (memlock.hard != kUnlimited && memlock.hard < pool) {
-    absl::StrAppend(&what, " (hard limit ", LimitText(memlock.hard),
-                    ": raising it needs root)");
-  }
-  Add(findings, Severity::kError,
-      absl::StrCat(what, ": registering the pool will fail"),
-      "`ulimit -l unlimited` before starting the node (lasting: `* - memlock "
-      "unlimited` in /etc/security/limits.d/meshpool.conf; systemd: "
-      "LimitMEMLOCK=infinity)");
-}
-
-void DiagnoseHugePages(const HugePageFacts& huge, uint64_t pool,
-                       std::vector<Finding>& findings) {
-  if (!huge.known || huge.page_bytes == 0) return;
-  uint64_t needed = (pool + huge.page_bytes - 1) / huge.page_bytes;
-  if (huge.free >= needed) return;
-  uint64_t in_use = huge.total > huge.free ? huge.total - huge.free : 0;
-  std::string reserve =
-      absl::StrCat("`sysctl -w vm.nr_hugepages=", in_use + needed, "`");
-  // A node's pool is shared memory (a memfd) unless it runs --no-shm, so
-  // its transparent huge pages follow shmem_enabled, not enabled.
-  const bool shmem_off = huge.shmem == "never" || huge.shmem == "deny";
-  if (shmem_off) {
-    Add(findings, Severity::kWarning,
-        absl::StrCat(
-            huge.free, " of ", huge.total, " huge pages (",
-            FormatSize(huge.page_bytes), ") are free, the ", FormatSize(pool),
-            " pool needs ", needed,
-            ", and shared-memory transparent huge pages are off "
-            "(/sys/kernel/mm/transparent_hugepage/shmem_enabled: ",
-            huge.shmem,
-            "): the pool gets 4 KiB pages, and clients on this host write "
-            "into it 2-6 x slower than with huge pages (PUTs over shared "
-            "memory, measured on a 2-core VM)"),
-        absl::StrCat(reserve,
-                     ", or `echo advise > "
-                     "/sys/kernel/mm/transparent_hugepage/shmem_enabled` "
-                     "(lasting: the tmpfiles.d line `w "
-                     "/sys/kernel/mm/transparent_hugepage/shmem_enabled - - - "
-                     "- advise`)"));
-    return;
-  }
-  std::string fallback = !huge.shmem.empty() || huge.transparent != "never"
-                             ? "transparent huge pages"
-                             : "normal pages (transparent huge pages are off)";
-  Add(findings, Severity::kInfo,
-      absl::StrCat(huge.free, " of ", huge.total, " huge pages (",
-                   FormatSize(huge.page_bytes), ") are free, the ",
-                   FormatSize(pool), " pool needs ", needed,
-                   ": it falls back to ", fallback),
-      reserve);
 }
 
 std::string Verdict(const DoctorReport& report, const DoctorOptions& options) {
@@ -386,6 +269,15 @@ std::string Verdict(const DoctorReport& report, const DoctorOptions& options) {
 
 }  // namespace
 
+void AddFinding(std::vector<Finding>& findings, Severity severity,
+                std::string what, std::string fix) {
+  findings.push_back({severity, std::move(what), std::move(fix)});
+}
+
+std::string LimitText(uint64_t bytes) {
+  return bytes == kUnlimited ? "unlimited" : FormatSize(bytes);
+}
+
 absl::string_view SeverityName(Severity severity) {
   switch (severity) {
     case Severity::kInfo:
@@ -402,11 +294,13 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
   DoctorReport report;
   std::vector<Finding>& findings = report.findings;
   if (!facts.list_ok && options.macos) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat("libibverbs cannot list devices: ", facts.list_error),
         "check `ibv_devices`, and that RDMA is enabled (`rdma_ctl status`)");
   } else if (!facts.list_ok) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat("libibverbs cannot list devices: ", facts.list_error),
         facts.kernel.uverbs_denied.empty()
             ? "`apt install libibverbs1 ibverbs-providers rdma-core`"
@@ -416,7 +310,7 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
     if (options.macos) {
       DiagnoseMacNoDevices(facts, findings);
     } else {
-      DiagnoseNoDevices(facts, findings);
+      DiagnoseLinuxNoDevices(facts, findings);
     }
   } else {
     bool found = options.device.empty();
@@ -430,7 +324,8 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
       }
     }
     if (!found) {
-      Add(findings, Severity::kError,
+      AddFinding(
+          findings, Severity::kError,
           absl::StrCat("no RDMA device named '", options.device,
                        "' (this host has ", absl::StrJoin(names, ", "), ")"),
           absl::StrCat("`meshpool doctor --device ", names.front(), "`"));
@@ -439,8 +334,7 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
   if (options.macos) {
     DiagnoseMac(facts, options, findings);
   } else {
-    DiagnoseMemlock(facts.memlock, options.pool_bytes, findings);
-    DiagnoseHugePages(facts.hugepages, options.pool_bytes, findings);
+    DiagnoseLinux(facts, options, findings);
   }
   DiagnoseMesh(facts, options, findings);
   std::stable_sort(
@@ -450,52 +344,6 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
   report.can_serve = !report.serving_devices.empty();
   report.verdict = Verdict(report, options);
   return report;
-}
-
-HugePageFacts ParseMeminfo(absl::string_view meminfo) {
-  HugePageFacts facts;
-  int seen = 0;
-  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
-    std::vector<absl::string_view> parts =
-        absl::StrSplit(line, absl::ByAnyChar(": \t"), absl::SkipEmpty());
-    if (parts.size() < 2) continue;
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(parts[1], &value)) continue;
-    if (parts[0] == "HugePages_Total") {
-      facts.total = value;
-      ++seen;
-    } else if (parts[0] == "HugePages_Free") {
-      facts.free = value;
-      ++seen;
-    } else if (parts[0] == "Hugepagesize") {
-      bool kib = parts.size() > 2 && absl::EqualsIgnoreCase(parts[2], "kB");
-      facts.page_bytes = kib ? value << 10 : value;
-      ++seen;
-    }
-  }
-  facts.known = seen == 3;
-  return facts;
-}
-
-std::string ParseTransparentHugePages(absl::string_view enabled) {
-  size_t open = enabled.find('[');
-  size_t close = enabled.find(']', open);
-  if (open == absl::string_view::npos || close == absl::string_view::npos) {
-    return "";
-  }
-  return std::string(enabled.substr(open + 1, close - open - 1));
-}
-
-bool HasIpcLockCapability(absl::string_view proc_status) {
-  for (absl::string_view line : absl::StrSplit(proc_status, '\n')) {
-    if (!absl::ConsumePrefix(&line, "CapEff:")) continue;
-    uint64_t caps = 0;
-    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line), &caps)) {
-      return false;
-    }
-    return (caps >> kCapIpcLockBit) & 1;
-  }
-  return false;
 }
 
 bool IsIpv4MappedGid(absl::string_view gid) {

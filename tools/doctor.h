@@ -201,6 +201,23 @@ MacFacts GatherMacFacts(const CommandRunner& run);
 // GID will do.
 DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options);
 
+// For the parts of Diagnose below: appends one finding; a memlock limit as
+// text ("unlimited" or a size).
+void AddFinding(std::vector<Finding>& findings, Severity severity,
+                std::string what, std::string fix);
+std::string LimitText(uint64_t bytes);
+
+// The Linux kernel's part of Diagnose (doctor_linux.cc): the memlock limit
+// and huge pages against the pool, and why a Linux host lists no device
+// (modules, /sys, /dev, providers).
+void DiagnoseLinux(const HostFacts& facts, const DoctorOptions& options,
+                   std::vector<Finding>& findings);
+void DiagnoseLinuxNoDevices(const HostFacts& facts,
+                            std::vector<Finding>& findings);
+// The Linux kernel's facts (doctor_host_linux.cc, Linux only): memlock,
+// huge pages, RDMA devices in /sys and /dev.
+void GatherLinuxFacts(HostFacts& facts);
+
 // The parts of Diagnose by concern (doctor_mac.cc), exposed for it:
 // the macOS findings (rdma_ctl, Thunderbolt links and their speed, the
 // Thunderbolt Bridge, each RDMA interface's addresses, memory), and why a

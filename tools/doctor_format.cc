@@ -19,10 +19,6 @@ namespace {
 // Bytes in a GiB, for the registration rate.
 constexpr double kGiB = static_cast<double>(1ull << 30);
 
-std::string LimitText(uint64_t bytes) {
-  return bytes == kUnlimited ? "unlimited" : FormatSize(bytes);
-}
-
 std::string ListOrNone(const std::vector<std::string>& items) {
   return items.empty() ? "none" : absl::StrJoin(items, ", ");
 }

@@ -41,11 +41,6 @@ constexpr absl::string_view kRecoveryFix =
     "Terminal, run `rdma_ctl enable`, and restart; `rdma_ctl status` then "
     "prints enabled";
 
-void Add(std::vector<Finding>& findings, Severity severity, std::string what,
-         std::string fix) {
-  findings.push_back({severity, std::move(what), std::move(fix)});
-}
-
 // "80 Gb/s", "Up to 40 Gb/s x1": the first number, and whether it is a bound.
 void ParseSpeed(absl::string_view value, ThunderboltPort& port) {
   value = absl::StripAsciiWhitespace(value);
@@ -120,15 +115,16 @@ std::vector<std::string> BridgeNames(const MacFacts& mac) {
 void DiagnoseRdmaCtl(const MacFacts& mac, std::vector<Finding>& findings) {
   if (!mac.rdma_ctl_ran) {
     if (absl::StrContains(mac.rdma_ctl_error, "no such command")) {
-      Add(findings, Severity::kError,
+      AddFinding(
+          findings, Severity::kError,
           "rdma_ctl is not on this Mac: RDMA over Thunderbolt needs macOS "
           "26.2 or later",
           "update macOS (System Settings > General > Software Update), then "
           "enable RDMA from Recovery (`rdma_ctl enable`)");
     } else {
-      Add(findings, Severity::kWarning,
-          absl::StrCat("`rdma_ctl status` failed: ", mac.rdma_ctl_error),
-          "run `rdma_ctl status` yourself; it should print enabled");
+      AddFinding(findings, Severity::kWarning,
+                 absl::StrCat("`rdma_ctl status` failed: ", mac.rdma_ctl_error),
+                 "run `rdma_ctl status` yourself; it should print enabled");
     }
     return;
   }
@@ -136,12 +132,14 @@ void DiagnoseRdmaCtl(const MacFacts& mac, std::vector<Finding>& findings) {
     case RdmaCtlState::kEnabled:
       return;
     case RdmaCtlState::kDisabled:
-      Add(findings, Severity::kError,
+      AddFinding(
+          findings, Severity::kError,
           "RDMA over Thunderbolt is disabled (`rdma_ctl status`: disabled)",
           std::string(kRecoveryFix));
       return;
     case RdmaCtlState::kUnknown:
-      Add(findings, Severity::kWarning,
+      AddFinding(
+          findings, Severity::kWarning,
           absl::StrCat("`rdma_ctl status` printed '", mac.rdma_ctl_output,
                        "', which doctor does not know how to read"),
           absl::StrCat("it should print enabled; if RDMA is off, ",
@@ -152,7 +150,8 @@ void DiagnoseRdmaCtl(const MacFacts& mac, std::vector<Finding>& findings) {
 
 void DiagnoseThunderbolt(const MacFacts& mac, std::vector<Finding>& findings) {
   if (!mac.profiler_ran) {
-    Add(findings, Severity::kWarning,
+    AddFinding(
+        findings, Severity::kWarning,
         absl::StrCat("could not list the Thunderbolt ports "
                      "(`system_profiler SPThunderboltDataType`): ",
                      mac.profiler_error),
@@ -174,7 +173,8 @@ void DiagnoseThunderbolt(const MacFacts& mac, std::vector<Finding>& findings) {
     if (port.peer_rdma) absl::StrAppend(&line, ", rdma");
     listing.push_back(std::move(line));
     if (port.speed_gbps > 0 && port.speed_gbps <= kThunderbolt4Gbps) {
-      Add(findings, Severity::kWarning,
+      AddFinding(
+          findings, Severity::kWarning,
           absl::StrCat(
               "Thunderbolt ", PortName(port), " links to ",
               port.peer.empty() ? "a device" : port.peer, " at ",
@@ -186,7 +186,8 @@ void DiagnoseThunderbolt(const MacFacts& mac, std::vector<Finding>& findings) {
           "transport instead (`--transport tcp`)");
     }
     if (!port.peer.empty() && !port.peer_rdma) {
-      Add(findings, Severity::kInfo,
+      AddFinding(
+          findings, Severity::kInfo,
           absl::StrCat("the device on Thunderbolt ", PortName(port), " (",
                        port.peer,
                        ") lists no rdma service; Macs with RDMA enabled "
@@ -194,7 +195,8 @@ void DiagnoseThunderbolt(const MacFacts& mac, std::vector<Finding>& findings) {
           "run `meshpool doctor` (or `rdma_ctl status`) on that Mac");
     }
   }
-  Add(findings, Severity::kInfo,
+  AddFinding(
+      findings, Severity::kInfo,
       absl::StrCat("Thunderbolt: ", listing.size(), " of ",
                    mac.thunderbolt.size(), " ports connected",
                    listing.empty() ? "" : ": ", absl::StrJoin(listing, "; ")),
@@ -206,7 +208,8 @@ void DiagnoseBridge(const MacFacts& mac, std::vector<Finding>& findings) {
   for (const std::string& name : BridgeNames(mac)) {
     const MacInterface* bridge = FindInterface(mac, name);
     if (bridge == nullptr || !bridge->up || bridge->members.empty()) continue;
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat("the Thunderbolt Bridge (", name, ") is up with ",
                      absl::StrJoin(bridge->members, ", "),
                      " in it: between Macs cabled as a mesh it forwards "
@@ -236,7 +239,8 @@ void DiagnoseAddresses(const HostFacts& facts, std::vector<Finding>& findings) {
         "255.255.255.252, at the two ends), or `sudo ifconfig ",
         netdev, " inet 10.0.1.1/30` until the next restart");
     if (iface->ipv6_link_local) {
-      Add(findings, Severity::kWarning,
+      AddFinding(
+          findings, Severity::kWarning,
           absl::StrCat(netdev, " (under ", device.name,
                        ") has no IPv4 address, so its IPv4-mapped GID (index "
                        "1) does not exist; meshpool falls back to the "
@@ -244,11 +248,11 @@ void DiagnoseAddresses(const HostFacts& facts, std::vector<Finding>& findings) {
                        "on (mlx #3467)"),
           fix);
     } else {
-      Add(findings, Severity::kError,
-          absl::StrCat(netdev, " (under ", device.name,
-                       ") has no address at all, so ", device.name,
-                       " has no usable GID"),
-          fix);
+      AddFinding(findings, Severity::kError,
+                 absl::StrCat(netdev, " (under ", device.name,
+                              ") has no address at all, so ", device.name,
+                              " has no usable GID"),
+                 fix);
     }
   }
 }
@@ -257,7 +261,8 @@ void DiagnoseMemory(const MacFacts& mac, uint64_t pool,
                     std::vector<Finding>& findings) {
   if (mac.memsize == 0) return;
   if (pool >= mac.memsize) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         absl::StrCat("the ", FormatSize(pool), " pool is not below this Mac's ",
                      FormatSize(mac.memsize), " of memory"),
         "give the node a smaller `--capacity` (and doctor `--pool-size`), "
@@ -277,7 +282,8 @@ void DiagnoseMemory(const MacFacts& mac, uint64_t pool,
   // about three quarters on large Macs); judge only a limit that was set.
   // pool < memsize here.
   if (mac.wired_limit_mb != 0 && limit_bytes > mac.memsize - pool) {
-    Add(findings, Severity::kWarning,
+    AddFinding(
+        findings, Severity::kWarning,
         absl::StrCat("the ", FormatSize(pool),
                      " pool and the GPU's wired-memory limit of ", limit,
                      " add up to more than this Mac's ",
@@ -289,11 +295,11 @@ void DiagnoseMemory(const MacFacts& mac, uint64_t pool,
                      (mac.memsize - pool) >> 20, "` (until the next restart)"));
     return;
   }
-  Add(findings, Severity::kInfo,
-      absl::StrCat("memory: ", FormatSize(mac.memsize), ", the pool ",
-                   FormatSize(pool), "; the GPU may wire up to ", limit,
-                   " for models (MLX) beside it"),
-      "");
+  AddFinding(findings, Severity::kInfo,
+             absl::StrCat("memory: ", FormatSize(mac.memsize), ", the pool ",
+                          FormatSize(pool), "; the GPU may wire up to ", limit,
+                          " for models (MLX) beside it"),
+             "");
 }
 
 }  // namespace
@@ -312,13 +318,15 @@ void DiagnoseMacNoDevices(const HostFacts& facts,
                           std::vector<Finding>& findings) {
   const MacFacts& mac = facts.mac;
   if (mac.rdma == RdmaCtlState::kDisabled) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         "no RDMA devices: RDMA over Thunderbolt is not enabled on this Mac",
         std::string(kRecoveryFix));
     return;
   }
   if (!mac.rdma_ctl_ran) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         "no RDMA devices, and `rdma_ctl status` could not say whether RDMA "
         "over Thunderbolt is enabled",
         absl::StrCat("on macOS 26.2 or later, ", kRecoveryFix));
@@ -332,14 +340,16 @@ void DiagnoseMacNoDevices(const HostFacts& facts,
     fast |= port.speed_gbps == 0 || port.speed_gbps > kThunderbolt4Gbps;
   }
   if (mac.profiler_ran && connected.empty()) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         "no RDMA devices: no Thunderbolt cable is connected to another Mac",
         "connect a Thunderbolt 5 cable to each other Mac of the cluster; "
         "each cable appears as its own device (rdma_en2, rdma_en3, ...)");
     return;
   }
   if (mac.profiler_ran && !fast) {
-    Add(findings, Severity::kError,
+    AddFinding(
+        findings, Severity::kError,
         "no RDMA devices, and every connected Thunderbolt link runs at 40 "
         "Gb/s or less: RDMA over Thunderbolt needs Thunderbolt 5, so with "
         "these ports RDMA is enabled but no device will appear",
@@ -347,7 +357,8 @@ void DiagnoseMacNoDevices(const HostFacts& facts,
         "meshpool's tcp transport over these links (`--transport tcp`)");
     return;
   }
-  Add(findings, Severity::kError,
+  AddFinding(
+      findings, Severity::kError,
       "no RDMA devices although RDMA is enabled and a Thunderbolt cable is "
       "connected",
       "check `ibv_devices`; restart this Mac (devices and protection domains "
@@ -370,7 +381,8 @@ void DiagnoseMesh(const HostFacts& facts, const DoctorOptions& options,
     devices[d.name] = up;
   }
   for (std::string& problem : LinkProblems(*self, devices)) {
-    Add(findings, Severity::kError, std::move(problem),
+    AddFinding(
+        findings, Severity::kError, std::move(problem),
         "fix the cable or the hostfile's \"links\"; `meshpool doctor` on "
         "both hosts names their devices");
   }
@@ -379,7 +391,8 @@ void DiagnoseMesh(const HostFacts& facts, const DoctorOptions& options,
     std::vector<std::string> pairs;
     for (const auto& [a, b] : missing) pairs.push_back(absl::StrCat(a, "-", b));
     const size_t n = hostfile.hosts.size();
-    Add(findings, Severity::kWarning,
+    AddFinding(
+        findings, Severity::kWarning,
         absl::StrCat("the mesh is not full: no cable joins ",
                      absl::StrJoin(pairs, ", "),
                      "; those pairs reach each other only over TCP"),
@@ -394,7 +407,8 @@ void DiagnoseMesh(const HostFacts& facts, const DoctorOptions& options,
       connected += port.connected;
     }
     if (connected < self->links.size()) {
-      Add(findings, Severity::kError,
+      AddFinding(
+          findings, Severity::kError,
           absl::StrCat("the hostfile lists ", self->links.size(), " cables on ",
                        self->name, " but only ", connected,
                        " of its Thunderbolt ports have a device connected"),
