@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/common.h"
 #include "common/json.h"
+#include "common/posix.h"
 #include "format/layout.h"
 #include "xxhash.h"
 
@@ -41,7 +42,7 @@ constexpr uint64_t kMinMemcpyBytes = uint64_t{1} << 20;
 absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& args,
                                        int& exit_status) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  if (PipeCloexec(fds) != 0) return ErrnoToStatus(errno, "pipe");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);

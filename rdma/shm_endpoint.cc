@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/posix.h"
 #include "rdma/region_registry.h"
 #include "rdma/shm.h"
 #include "rdma/shm_wire.h"
@@ -42,7 +43,7 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path,
         absl::StrCat("unix socket path '", path, "' is too long"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  UniqueFd fd(SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0));
   if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
   // A blocking unix connect waits for backlog room up to SO_SNDTIMEO.
   MESHPOOL_RETURN_IF_ERROR(SetTimeout(fd.get(), SO_SNDTIMEO, timeout));

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/posix.h"
 #include "rdma/shm.h"
 #include "rdma/shm_wire.h"
 
@@ -41,7 +42,7 @@ absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
 // another type) leaves the file alone.
 bool MayBeInUse(const sockaddr_un& addr) {
   UniqueFd probe(
-      ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0, /*nonblocking=*/true));
   if (!probe.valid()) return true;
   return ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr),
                    sizeof(addr)) == 0 ||
@@ -229,8 +230,7 @@ absl::StatusOr<std::unique_ptr<ShmListener>> ShmListener::Create(
     const std::string& path, uint32_t mode, std::vector<uint32_t> allowed_uids,
     std::shared_ptr<const ShmNodeState> state) {
   MESHPOOL_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
-  UniqueFd fd(
-      ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  UniqueFd fd(SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0, /*nonblocking=*/true));
   if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
   auto bind_once = [&] {
     return ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr),
@@ -353,8 +353,8 @@ void ShmListener::AcceptAll() {
   std::string message;
   std::vector<int> fds;
   while (true) {
-    UniqueFd c(::accept4(listen_fd_.get(), nullptr, nullptr,
-                         SOCK_CLOEXEC | SOCK_NONBLOCK));
+    UniqueFd c(AcceptCloexec(listen_fd_.get(), nullptr, nullptr,
+                             /*nonblocking=*/true));
     if (!c.valid()) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/common.h"
+#include "common/posix.h"
 
 namespace meshpool::rdma::internal {
 
@@ -114,8 +115,7 @@ absl::Status WaitWritable(int fd, absl::Duration timeout) {
 
 absl::StatusOr<UniqueFd> ConnectOne(const addrinfo& ai,
                                     absl::Duration timeout) {
-  UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC,
-                       ai.ai_protocol));
+  UniqueFd fd(SocketCloexec(ai.ai_family, ai.ai_socktype, ai.ai_protocol));
   if (!fd.valid()) return ErrnoToStatus(errno, "socket");
   int flags = ::fcntl(fd.get(), F_GETFL);
   if (::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -139,8 +139,7 @@ absl::StatusOr<UniqueFd> ConnectOne(const addrinfo& ai,
 
 absl::StatusOr<UniqueFd> ListenTcp(const HostPort& where) {
   MESHPOOL_ASSIGN_OR_RETURN(addrinfo * ai, Resolve(where, /*passive=*/true));
-  UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-                       ai->ai_protocol));
+  UniqueFd fd(SocketCloexec(ai->ai_family, ai->ai_socktype, ai->ai_protocol));
   absl::Status status = absl::OkStatus();
   int one = 1;
   if (!fd.valid()) {
@@ -166,9 +165,8 @@ namespace {
 absl::StatusOr<UniqueFd> UdpSocket(const HostPort& where, bool connect) {
   MESHPOOL_ASSIGN_OR_RETURN(addrinfo * ai,
                             Resolve(where, !connect, SOCK_DGRAM));
-  UniqueFd fd(::socket(ai->ai_family,
-                       ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                       ai->ai_protocol));
+  UniqueFd fd(SocketCloexec(ai->ai_family, ai->ai_socktype, ai->ai_protocol,
+                            /*nonblocking=*/true));
   absl::Status status = absl::OkStatus();
   if (!fd.valid()) {
     status = ErrnoToStatus(errno, "socket(udp)");
@@ -309,8 +307,8 @@ absl::StatusOr<std::thread> StartThread(std::function<void()> body) {
 
 absl::StatusOr<WakePipe> WakePipe::Create() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return ErrnoToStatus(errno, "pipe2");
+  if (PipeCloexec(fds, /*nonblocking=*/true) != 0) {
+    return ErrnoToStatus(errno, "pipe");
   }
   WakePipe pipe;
   pipe.read_end = UniqueFd(fds[0]);

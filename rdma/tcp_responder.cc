@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/posix.h"
 
 namespace meshpool::rdma::internal {
 namespace {
@@ -135,8 +136,9 @@ void TcpResponder::AcceptLoop() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     sockaddr_storage peer{};
     socklen_t peer_len = sizeof(peer);
-    UniqueFd fd(::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&peer),
-                          &peer_len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    UniqueFd fd(AcceptCloexec(listen_fd_.get(),
+                              reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                              /*nonblocking=*/true));
     if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/posix.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm_wire.h"
@@ -203,7 +204,7 @@ class FakeNode {
       : path_(absl::StrCat("/tmp/meshpool-shm-fake-", ::getpid(), "-",
                            counter_++, ".sock")) {
     ::unlink(path_.c_str());
-    fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    fd_ = SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strcpy(addr.sun_path, path_.c_str());

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/common.h"
+#include "common/posix.h"
 #include "placement/coordinator_client.h"
 
 namespace meshpool::tools {
@@ -78,7 +79,7 @@ std::string ReadLine(int fd, absl::Time deadline) {
 // A loopback TCP port nothing listens on now (the kernel's pick; another
 // process could take it before we bind it, which a local cluster accepts).
 absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = SocketCloexec(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -96,7 +97,7 @@ absl::StatusOr<int> FreePort() {
 
 // True once something accepts TCP connections on 127.0.0.1:port.
 bool Accepts(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = SocketCloexec(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -292,7 +293,7 @@ absl::Status LocalCluster::StartEtcd(const LocalClusterOptions& options,
 absl::StatusOr<std::string> LocalCluster::StartCoordinator(
     std::vector<std::string> args, absl::Time deadline) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
+  if (PipeCloexec(fds) != 0) return ErrnoToStatus(errno, "pipe");
   // The coordinator is silent when healthy; its errors always show.
   absl::StatusOr<pid_t> pid = Spawn(binary_, args, fds[1], /*quiet=*/false);
   close(fds[1]);

@@ -15,24 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/posix.h"
 
 namespace meshpool::tools {
 namespace {
-
-// A pipe whose both ends close on exec; false with errno set on failure.
-bool CloexecPipe(int fds[2]) {
-  if (::pipe(fds) != 0) return false;
-  for (int i = 0; i < 2; ++i) {
-    if (::fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) {
-      const int err = errno;
-      ::close(fds[0]);
-      ::close(fds[1]);
-      errno = err;
-      return false;
-    }
-  }
-  return true;
-}
 
 int ExitCodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -58,8 +44,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   args.push_back(nullptr);
   int out[2];
   int exec_error[2];
-  if (!CloexecPipe(out)) return ErrnoToStatus(errno, "pipe");
-  if (!CloexecPipe(exec_error)) {
+  if (PipeCloexec(out) != 0) return ErrnoToStatus(errno, "pipe");
+  if (PipeCloexec(exec_error) != 0) {
     const int err = errno;
     ::close(out[0]);
     ::close(out[1]);

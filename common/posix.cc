@@ -1,0 +1,73 @@
+// The close-on-exec shims: Linux's atomic calls, and a POSIX fallback that
+// sets the flags with fcntl right after.
+#include "common/posix.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace meshpool {
+namespace {
+
+#ifndef __linux__
+// Sets FD_CLOEXEC (and O_NONBLOCK) on `fd`; on failure closes it and
+// returns -1 with errno from fcntl.
+int SetFlags(int fd, bool nonblocking) {
+  if (fd < 0) return fd;
+  bool ok = ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0;
+  if (ok && nonblocking) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    ok = flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+  }
+  if (ok) return fd;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return -1;
+}
+#endif
+
+}  // namespace
+
+int SocketCloexec(int domain, int type, int protocol, bool nonblocking) {
+#ifdef __linux__
+  return ::socket(domain,
+                  type | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0),
+                  protocol);
+#else
+  return SetFlags(::socket(domain, type, protocol), nonblocking);
+#endif
+}
+
+int AcceptCloexec(int listen_fd, sockaddr* peer, socklen_t* peer_len,
+                  bool nonblocking) {
+#ifdef __linux__
+  return ::accept4(listen_fd, peer, peer_len,
+                   SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0));
+#else
+  return SetFlags(::accept(listen_fd, peer, peer_len), nonblocking);
+#endif
+}
+
+int PipeCloexec(int fds[2], bool nonblocking) {
+#ifdef __linux__
+  return ::pipe2(fds, O_CLOEXEC | (nonblocking ? O_NONBLOCK : 0));
+#else
+  if (::pipe(fds) != 0) return -1;
+  for (int i = 0; i < 2; ++i) {
+    if (SetFlags(fds[i], nonblocking) < 0) {
+      const int err = errno;
+      if (i == 0)
+        ::close(fds[1]);  // SetFlags closed fds[i] already
+      else
+        ::close(fds[0]);
+      errno = err;
+      return -1;
+    }
+  }
+  return 0;
+#endif
+}
+
+}  // namespace meshpool

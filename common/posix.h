@@ -1,0 +1,32 @@
+// meshpool/common: descriptors that close on exec, made the same way on
+// every POSIX system. Linux creates them atomically (a flag of the call
+// itself); elsewhere (macOS) the flags are set right after the call, so a
+// fork in another thread at that instant may inherit one. All of
+// meshpool's socket, accept and pipe calls go through these, so the one
+// difference lives in posix.cc.
+//
+// These mirror the system calls they wrap: they return the descriptor (0
+// for PipeCloexec) or -1 with errno set, for callers that act on errno
+// (EAGAIN, EMFILE) before turning it into a Status with ErrnoToStatus.
+// Thread-safe.
+#ifndef MESHPOOL_COMMON_POSIX_H_
+#define MESHPOOL_COMMON_POSIX_H_
+
+#include <sys/socket.h>
+
+namespace meshpool {
+
+// socket(2); non-blocking too when `nonblocking`.
+int SocketCloexec(int domain, int type, int protocol, bool nonblocking = false);
+
+// accept(2); the new socket non-blocking too when `nonblocking`.
+int AcceptCloexec(int listen_fd, sockaddr* peer, socklen_t* peer_len,
+                  bool nonblocking);
+
+// pipe(2) into fds[0] (read end) and fds[1] (write end); both non-blocking
+// too when `nonblocking`.
+int PipeCloexec(int fds[2], bool nonblocking = false);
+
+}  // namespace meshpool
+
+#endif  // MESHPOOL_COMMON_POSIX_H_
