@@ -70,4 +70,24 @@ int PipeCloexec(int fds[2], bool nonblocking) {
 #endif
 }
 
+int PeerUid(int fd, uint32_t* uid) {
+#ifdef __linux__
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  if (len != sizeof(cred)) {
+    errno = EINVAL;
+    return -1;
+  }
+  *uid = static_cast<uint32_t>(cred.uid);
+  return 0;
+#else
+  uid_t peer = 0;
+  gid_t group = 0;
+  if (::getpeereid(fd, &peer, &group) != 0) return -1;
+  *uid = static_cast<uint32_t>(peer);
+  return 0;
+#endif
+}
+
 }  // namespace meshpool

@@ -5,14 +5,17 @@
 // meshpool's socket, accept and pipe calls go through these, so the one
 // difference lives in posix.cc.
 //
-// These mirror the system calls they wrap: they return the descriptor (0
-// for PipeCloexec) or -1 with errno set, for callers that act on errno
-// (EAGAIN, EMFILE) before turning it into a Status with ErrnoToStatus.
-// Thread-safe.
+// Also the peer's user id on a Unix socket, which Linux and macOS ask for
+// differently. These mirror the system calls they wrap: they return the
+// descriptor (0 for PipeCloexec and PeerUid) or -1 with errno set, for callers
+// that act on errno (EAGAIN, EMFILE) before turning it into a Status with
+// ErrnoToStatus. Thread-safe.
 #ifndef MESHPOOL_COMMON_POSIX_H_
 #define MESHPOOL_COMMON_POSIX_H_
 
 #include <sys/socket.h>
+
+#include <cstdint>
 
 namespace meshpool {
 
@@ -26,6 +29,11 @@ int AcceptCloexec(int listen_fd, sockaddr* peer, socklen_t* peer_len,
 // pipe(2) into fds[0] (read end) and fds[1] (write end); both non-blocking
 // too when `nonblocking`.
 int PipeCloexec(int fds[2], bool nonblocking = false);
+
+// The user id of the process at the other end of a connected Unix socket,
+// as the kernel recorded it when it connected (not something the peer
+// says): into *uid, 0 on success, -1 with errno otherwise.
+int PeerUid(int fd, uint32_t* uid);
 
 }  // namespace meshpool
 

@@ -333,13 +333,8 @@ void ShmListener::Reap(const std::vector<short>& revents) {
 
 bool ShmListener::Admits(int fd) const {
   // The kernel's record of who connected (not something the peer says).
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-      len != sizeof(cred)) {
-    return false;
-  }
-  const uint32_t uid = static_cast<uint32_t>(cred.uid);
+  uint32_t uid = 0;
+  if (PeerUid(fd, &uid) != 0) return false;
   if (std::find(allowed_uids_.begin(), allowed_uids_.end(), uid) !=
       allowed_uids_.end()) {
     return true;

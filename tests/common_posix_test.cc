@@ -68,6 +68,19 @@ TEST(PosixTest, AcceptedSocketsCloseOnExec) {
   ::close(listener);
 }
 
+TEST(PosixTest, PeerUidIsTheConnectingProcesssUser) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  uint32_t uid = ~0u;
+  ASSERT_EQ(PeerUid(pair[0], &uid), 0) << errno;
+  EXPECT_EQ(uid, static_cast<uint32_t>(::geteuid()));
+  ::close(pair[0]);
+  ::close(pair[1]);
+  errno = 0;
+  EXPECT_EQ(PeerUid(-1, &uid), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
 TEST(PosixTest, ABadDescriptorFailsWithErrno) {
   errno = 0;
   EXPECT_EQ(AcceptCloexec(-1, nullptr, nullptr, false), -1);

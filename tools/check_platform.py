@@ -56,7 +56,6 @@ NOT_YET_SPLIT = {
     "rdma/shm_address.cc",
     "rdma/shm_mapping.cc",
     "rdma/shm_mapping.h",
-    "rdma/shm_node.cc",
     "rdma/tcp_serve_loop.cc",
     "rdma/tcp_serve_loop.h",
     "store/pool.cc",
