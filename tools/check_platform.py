@@ -50,8 +50,6 @@ NOT_YET_SPLIT = {
     "bench/kv_compare.cc",
     "bench/weights_bench.cc",
     "bench/weights_bench_util.cc",
-    "python/src/py_client.cc",
-    "python/src/py_client.h",
     "rdma/shm.h",
     "rdma/shm_address.cc",
     "rdma/shm_mapping.cc",

@@ -8,7 +8,9 @@
 // the batch's Python references, and makes the event fd readable.
 #include "py_client.h"
 
+#ifdef __linux__
 #include <sys/eventfd.h>
+#endif
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/posix.h"
 
 namespace meshpool::python {
 
@@ -61,24 +64,34 @@ std::shared_ptr<PyClient> PyClient::Connect(ClientOptions options) {
     client = Client::Connect(std::move(options));
   }
   if (!client.ok()) Raise(client.status());
-  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (fd < 0) {
+  // The completion signal: one event counter fd on Linux; elsewhere a pipe
+  // whose read end is the fd Python polls. Both take 8-byte writes and drain by
+  // reading until EAGAIN.
+  int fds[2] = {-1, -1};
+#ifdef __linux__
+  fds[0] = fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const bool made = fds[0] >= 0;
+#else
+  const bool made = PipeCloexec(fds, /*nonblocking=*/true) == 0;
+#endif
+  if (!made) {
     Raise(absl::ResourceExhaustedError(
-        absl::StrCat("eventfd failed (", std::strerror(errno),
+        absl::StrCat("cannot make the completion fd (", std::strerror(errno),
                      "); raise the process's open-file limit (ulimit -n)")));
   }
-  std::shared_ptr<PyClient> c(new PyClient(*std::move(client), fd));
+  std::shared_ptr<PyClient> c(new PyClient(*std::move(client), fds[0], fds[1]));
   c->completer_ = std::thread([raw = c.get()] { raw->CompletionLoop(); });
   return c;
 }
 
-PyClient::PyClient(std::unique_ptr<Client> client, int event_fd)
-    : client_(std::move(client)), event_fd_(event_fd) {}
+PyClient::PyClient(std::unique_ptr<Client> client, int event_fd, int signal_fd)
+    : client_(std::move(client)), event_fd_(event_fd), signal_fd_(signal_fd) {}
 
 PyClient::~PyClient() {
   // pybind11 drops its last reference with the GIL held.
   Close();
   close(event_fd_);
+  if (signal_fd_ != event_fd_) close(signal_fd_);
 }
 
 void PyClient::RaiseClosed() {
@@ -291,14 +304,15 @@ void PyClient::Complete(std::unique_ptr<AsyncBatch> batch) {
   }
   drained_.push_back(std::move(future));
   uint64_t one = 1;
-  ssize_t n = write(event_fd_, &one, sizeof(one));
-  (void)n;  // EAGAIN: the counter is already non-zero, the fd readable
+  ssize_t n = write(signal_fd_, &one, sizeof(one));
+  (void)n;  // EAGAIN: the fd is readable already
 }
 
 py::list PyClient::DrainCompletions() {
-  uint64_t count;
-  ssize_t n = read(event_fd_, &count, sizeof(count));
-  (void)n;  // EAGAIN: nothing new since the last drain
+  uint64_t count[8];
+  while (read(event_fd_, count, sizeof(count)) > 0) {
+    // A counter fd empties in one read, a pipe may need several.
+  }
   py::list out;
   for (py::object& f : drained_) out.append(std::move(f));
   drained_.clear();

@@ -201,7 +201,8 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
   // keys and memory. REQUIRES: the GIL.
   py::object Submit(std::unique_ptr<AsyncBatch> batch);
   // The file descriptor that becomes readable when batches completed since
-  // the last DrainCompletions (an eventfd).
+  // the last DrainCompletions (an event counter fd on Linux, a pipe's read end
+  // elsewhere).
   int event_fd() const { return event_fd_; }
   // The Futures completed since the last drain, oldest first; clears the
   // fd's readiness. REQUIRES: the GIL.
@@ -220,7 +221,8 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
     absl::Mutex& mu;
     ~ReaderRelease() { mu.ReaderUnlock(); }
   };
-  PyClient(std::unique_ptr<Client> client, int event_fd);
+  // Owns both fds (the same one on Linux).
+  PyClient(std::unique_ptr<Client> client, int event_fd, int signal_fd);
   void CompletionLoop();
   // Sets the future of a finished batch. REQUIRES: the GIL.
   void Complete(std::unique_ptr<AsyncBatch> batch);
@@ -228,7 +230,8 @@ class PyClient : public std::enable_shared_from_this<PyClient> {
   absl::Mutex mu_;  // shared: a call in flight; exclusive: Close()
   std::atomic<bool> closing_{false};  // set first thing in Close()
   std::unique_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
-  const int event_fd_;
+  const int event_fd_;   // polled by Python, drained by DrainCompletions
+  const int signal_fd_;  // written per completion; event_fd_ on Linux
 
   // Registrations and batches are touched with the GIL held.
   std::vector<std::weak_ptr<PyRegistration>> registrations_;
