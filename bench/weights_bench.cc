@@ -45,6 +45,7 @@
 #include "bench/weights_bench_util.h"
 #include "client/region_transfer.h"
 #include "common/common.h"
+#include "common/posix.h"
 #include "meshpool/client.h"
 #include "meshpool/region.h"
 #include "meshpool/weights.h"
@@ -126,10 +127,8 @@ void DefineFlags(tools::Flags& flags) {
 }
 
 std::string DefaultBinary() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "meshpool";
-  std::string self(buf, n);
+  std::string self;
+  if (SelfExecutablePath(&self) != 0) return "meshpool";
   return self.substr(0, self.rfind('/')) + "/../tools/meshpool";
 }
 

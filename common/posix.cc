@@ -3,9 +3,18 @@
 #include "common/posix.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#elif defined(__APPLE__)
+#include <mach-o/dyld.h>
+#include <sys/param.h>
+#endif
 
 #include <cerrno>
+#include <cstdlib>
+#include <string>
 
 namespace meshpool {
 namespace {
@@ -87,6 +96,36 @@ int PeerUid(int fd, uint32_t* uid) {
   if (::getpeereid(fd, &peer, &group) != 0) return -1;
   *uid = static_cast<uint32_t>(peer);
   return 0;
+#endif
+}
+
+void DieWithParent() {
+#ifdef __linux__
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+}
+
+int SelfExecutablePath(std::string* path) {
+  constexpr size_t kMaxPath = 4096;
+#ifdef __linux__
+  char buf[kMaxPath];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n < 0) return -1;
+  path->assign(buf, static_cast<size_t>(n));
+  return 0;
+#elif defined(__APPLE__)
+  char buf[kMaxPath];
+  uint32_t size = sizeof(buf);
+  if (::_NSGetExecutablePath(buf, &size) != 0) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  char real[PATH_MAX];
+  if (::realpath(buf, real) == nullptr) return -1;
+  path->assign(real);
+  return 0;
+#else
+#error "SelfExecutablePath: only Linux and macOS are supported"
 #endif
 }
 

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <string>
 
 namespace meshpool {
 
@@ -34,6 +35,16 @@ int PipeCloexec(int fds[2], bool nonblocking = false);
 // as the kernel recorded it when it connected (not something the peer
 // says): into *uid, 0 on success, -1 with errno otherwise.
 int PeerUid(int fd, uint32_t* uid);
+
+// In a child between fork and exec: asks the kernel to kill this process
+// when its parent dies (Linux). Elsewhere nothing does that, and callers
+// stop their children themselves; a parent killed outright (SIGKILL)
+// leaves them running there.
+void DieWithParent();
+
+// The path of this process's executable: into *path, 0 on success, -1
+// with errno otherwise (ENAMETOOLONG past 4 KiB).
+int SelfExecutablePath(std::string* path);
 
 }  // namespace meshpool
 

@@ -48,7 +48,6 @@ PATTERN = re.compile("|".join(LINUX_ONLY))
 # this list). Keep it sorted.
 NOT_YET_SPLIT = {
     "bench/kv_compare.cc",
-    "bench/weights_bench.cc",
     "bench/weights_bench_util.cc",
     "rdma/shm.h",
     "rdma/shm_address.cc",
@@ -68,7 +67,6 @@ NOT_YET_SPLIT = {
     "tests/store_pool_test.cc",
     "tests/tools_doctor_test.cc",
     "tests/verbs_vm_util.h",
-    "tools/local_cluster.cc",
 }
 
 IF_LINUX = re.compile(r"^\s*#\s*(ifdef\s+__linux__|if\s+defined\(__linux__\))")

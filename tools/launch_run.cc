@@ -5,9 +5,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/common.h"
+#include "common/posix.h"
 #include "tools/launch.h"
 #include "tools/local_cluster.h"
 
@@ -118,9 +116,7 @@ absl::StatusOr<std::unique_ptr<Child>> Start(const LaunchCommand& c,
     return ErrnoToStatus(err, "fork");
   }
   if (pid == 0) {
-#ifdef __linux__
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-#endif
+    DieWithParent();
     if (::getppid() != parent) ::_exit(127);
     sigset_t none;
     sigemptyset(&none);
@@ -180,20 +176,6 @@ absl::StatusOr<std::unique_ptr<Child>> Start(const LaunchCommand& c,
     ::close(fd);
   });
   return child;
-}
-
-// True (and the signal taken) when SIGINT or SIGTERM is pending; they are
-// blocked in every thread (BlockStopSignals). sigpending + sigwait: macOS
-// has no timed signal wait.
-bool StopSignalPending() {
-  sigset_t pending;
-  sigemptyset(&pending);
-  if (::sigpending(&pending) != 0) return false;
-  if (!sigismember(&pending, SIGINT) && !sigismember(&pending, SIGTERM)) {
-    return false;
-  }
-  (void)WaitForStopSignal();
-  return true;
 }
 
 std::string Describe(int status) {
@@ -289,7 +271,7 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
           "the coordinator on ", plan.coordinator.host, " exited (",
           Describe(status), ") before it listened; its output is above")));
     }
-    if (StopSignalPending()) {
+    if (TakePendingStopSignal() > 0) {
       return fail(absl::CancelledError(
           "stopped by a signal before the coordinator listened"));
     }
@@ -313,7 +295,7 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
   // on; the coordinator's exit ends the launch (nothing serves without it).
   std::string why;
   while (why.empty()) {
-    if (StopSignalPending()) {
+    if (TakePendingStopSignal() > 0) {
       why = "stop signal: stopping every node and the coordinator";
       break;
     }

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/common.h"
 #include "common/posix.h"
 #include "placement/coordinator_client.h"
@@ -43,7 +43,7 @@ absl::StatusOr<pid_t> Spawn(const std::string& binary,
   pid_t pid = fork();
   if (pid < 0) return ErrnoToStatus(errno, "fork");
   if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    DieWithParent();
     if (getppid() != parent) _exit(127);
     sigset_t none;
     sigemptyset(&none);
@@ -125,6 +125,16 @@ void BlockStopSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+int TakePendingStopSignal() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (::sigpending(&pending) != 0) return 0;
+  if (!sigismember(&pending, SIGINT) && !sigismember(&pending, SIGTERM)) {
+    return 0;
+  }
+  return WaitForStopSignal();  // pending: returns at once
+}
+
 int WaitForStopSignal() {
   sigset_t set;
   sigemptyset(&set);
@@ -151,10 +161,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   std::string binary = options.binary;
   if (binary.empty()) {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n < 0) return ErrnoToStatus(errno, "readlink /proc/self/exe");
-    binary.assign(buf, n);
+    if (SelfExecutablePath(&binary) != 0) {
+      return ErrnoToStatus(errno, "finding this executable's path");
+    }
   }
   cluster->binary_ = binary;
   cluster->quiet_ = options.quiet;
@@ -317,14 +326,11 @@ absl::StatusOr<std::string> LocalCluster::StartCoordinator(
 std::string LocalCluster::WaitForStop(
     const std::function<void(const std::string&)>& report, bool restart_nodes) {
   // Poll children while waiting for a signal.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  timespec tick{0, 200 * 1000 * 1000};
   while (true) {
-    int sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig > 0) return absl::StrCat("stopping on signal ", sig);
+    if (const int sig = TakePendingStopSignal(); sig > 0) {
+      return absl::StrCat("stopping on signal ", sig);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
     int status;
     if (etcd_pid_ > 0 && waitpid(etcd_pid_, &status, WNOHANG) == etcd_pid_) {
       absl::StatusOr<pid_t> again = Spawn(etcd_binary_, etcd_args_, -1, quiet_);

@@ -104,6 +104,10 @@ class LocalCluster {
 // thread, so all threads inherit it) and returns once one arrives.
 void BlockStopSignals();
 int WaitForStopSignal();
+// The stop signal (SIGINT or SIGTERM) pending on this process, taken; 0
+// when none is. Never blocks: the portable way to poll for one (macOS has
+// no timed signal wait). REQUIRES: BlockStopSignals() was called.
+int TakePendingStopSignal();
 
 }  // namespace meshpool::tools
 
