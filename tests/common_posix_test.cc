@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
 
 #include "common/posix.h"
 #include "gtest/gtest.h"
@@ -79,6 +80,13 @@ TEST(PosixTest, PeerUidIsTheConnectingProcesssUser) {
   errno = 0;
   EXPECT_EQ(PeerUid(-1, &uid), -1);
   EXPECT_EQ(errno, EBADF);
+}
+
+TEST(PosixTest, SelfExecutablePathIsThisTestBinary) {
+  std::string path;
+  ASSERT_EQ(SelfExecutablePath(&path), 0) << errno;
+  EXPECT_EQ(path.substr(path.rfind('/') + 1), "common_posix_test") << path;
+  EXPECT_EQ(::access(path.c_str(), X_OK), 0) << path;
 }
 
 TEST(PosixTest, ABadDescriptorFailsWithErrno) {
