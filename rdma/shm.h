@@ -159,10 +159,11 @@ struct ShmAddress {
 absl::StatusOr<ShmAddress> ParseShmAddress(absl::string_view address);
 std::string FormatShmAddress(const ShmAddress& address);
 
-// This host's identity as far as shared memory is concerned: the kernel's
-// boot id and this process's mount namespace (same kernel + same mount
-// namespace = the socket path names the same socket). "" when /proc cannot
-// tell; an empty identity never matches.
+// This host's identity as far as shared memory is concerned: on Linux the
+// kernel's boot id and this process's mount namespace (same kernel + same
+// mount namespace = the socket path names the same socket), on macOS the
+// boot session's UUID (shm_host_*.cc). "" when the OS cannot tell; an
+// empty identity never matches.
 std::string HostIdentity();
 // True when `address` is a well-formed shm address whose host is
 // HostIdentity() (and not empty).

@@ -4,7 +4,6 @@
 
 #include <cctype>
 #include <climits>
-#include <fstream>
 #include <string>
 #include <utility>
 
@@ -65,13 +64,6 @@ bool Unescape(absl::string_view text, std::string* out) {
     i += 2;
   }
   return true;
-}
-
-std::string ReadFirstLine(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return std::string(absl::StripAsciiWhitespace(line));
 }
 
 }  // namespace
@@ -137,20 +129,6 @@ std::string FormatShmAddress(const ShmAddress& address) {
     AppendEscaped(*value, &out);
   }
   return out;
-}
-
-std::string HostIdentity() {
-  const std::string boot_id = ReadFirstLine("/proc/sys/kernel/random/boot_id");
-  char link[PATH_MAX] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/mnt", link, sizeof(link) - 1);
-  if (boot_id.empty() || n <= 0) return "";
-  // "mnt:[4026531841]" -> the namespace's inode number.
-  std::string mnt_ns;
-  for (char c : absl::string_view(link, static_cast<size_t>(n))) {
-    if (absl::ascii_isdigit(static_cast<unsigned char>(c))) mnt_ns.push_back(c);
-  }
-  if (mnt_ns.empty()) return "";
-  return absl::StrCat(boot_id, ".", mnt_ns);
 }
 
 bool IsLocalShmAddress(absl::string_view address) {

@@ -50,7 +50,6 @@ NOT_YET_SPLIT = {
     "bench/kv_compare.cc",
     "bench/weights_bench_util.cc",
     "rdma/shm.h",
-    "rdma/shm_address.cc",
     "rdma/shm_mapping.cc",
     "rdma/shm_mapping.h",
     "rdma/tcp_serve_loop.cc",

@@ -11,6 +11,7 @@
 #ifdef __linux__
 #include <sys/eventfd.h>
 #endif
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +19,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/posix.h"
 
 namespace meshpool::python {
 
@@ -72,11 +72,19 @@ std::shared_ptr<PyClient> PyClient::Connect(ClientOptions options) {
   fds[0] = fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   const bool made = fds[0] >= 0;
 #else
-  const bool made = PipeCloexec(fds, /*nonblocking=*/true) == 0;
+  // (python/ links only the client's public API, so not common/posix.h.)
+  bool made = ::pipe(fds) == 0;
+  for (int fd : fds) {
+    made = made && ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 &&
+           ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+  }
 #endif
   if (!made) {
+    const int err = errno;
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0 && fds[1] != fds[0]) close(fds[1]);
     Raise(absl::ResourceExhaustedError(
-        absl::StrCat("cannot make the completion fd (", std::strerror(errno),
+        absl::StrCat("cannot make the completion fd (", std::strerror(err),
                      "); raise the process's open-file limit (ulimit -n)")));
   }
   std::shared_ptr<PyClient> c(new PyClient(*std::move(client), fds[0], fds[1]));
