@@ -1,5 +1,6 @@
 // RunCommand: output, exit codes, standard error merged or not, a command
 // that is not installed, and one that outlives its time limit.
+#include <cstdlib>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -46,6 +47,19 @@ TEST(RunCommandTest, ACommandPastItsLimitIsKilled) {
       RunCommand({"/bin/sh", "-c", "sleep 30"}, absl::Milliseconds(200), false);
   EXPECT_EQ(run.status().code(), absl::StatusCode::kDeadlineExceeded)
       << run.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(RunCommandTest, ATimeoutAlsoKillsWhatTheCommandStarted) {
+  // The shell forks sleep (two commands) and waits: killing the shell alone
+  // would leave sleep holding the output, and this test's own output pipe,
+  // for half a minute.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CommandResult> run = RunCommand(
+      {"/bin/sh", "-c", "sleep 31.7; true"}, absl::Milliseconds(200), false);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kDeadlineExceeded);
+  const std::string pgrep = "pgrep -f '^sleep 31.7$' >/dev/null";
+  EXPECT_NE(std::system(pgrep.c_str()), 0) << "sleep 31.7 outlived the timeout";
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 

@@ -58,6 +58,9 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
     return ErrnoToStatus(err, "fork");
   }
   if (pid == 0) {
+    // A group of its own, so that a timeout kills whatever it started too
+    // (a helper still holding the output would outlive it otherwise).
+    ::setpgid(0, 0);
     ::dup2(out[1], STDOUT_FILENO);
     if (merge_stderr) ::dup2(out[1], STDERR_FILENO);
     ::execvp(args[0], args.data());
@@ -95,7 +98,7 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   ::close(out[0]);
   // Reap: a command that closed its output but keeps running is killed at
   // the deadline too.
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (timed_out) ::kill(-pid, SIGKILL);
   int status = 0;
   while (true) {
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
@@ -105,7 +108,7 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
       return ErrnoToStatus(errno, "waitpid");
     }
     if (!timed_out && absl::Now() >= deadline) {
-      ::kill(pid, SIGKILL);
+      ::kill(-pid, SIGKILL);
       timed_out = true;
     }
     ::usleep(1000);

@@ -28,7 +28,8 @@ struct CommandResult {
 // `merge_stderr` its standard error joins `output`; otherwise it goes to
 // this process's. REQUIRES: argv is not empty.
 // NotFound when argv[0] cannot be executed (not installed, not on PATH);
-// DeadlineExceeded when it runs past `timeout` (it is killed);
+// DeadlineExceeded when it runs past `timeout` (it is killed, with every
+// process it started: it runs in a process group of its own);
 // errors of pipe/fork through ErrnoToStatus. A non-zero exit is not an
 // error here: it is in exit_code.
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
