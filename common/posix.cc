@@ -1,5 +1,6 @@
-// The close-on-exec shims: Linux's atomic calls, and a POSIX fallback that
-// sets the flags with fcntl right after.
+// The POSIX shims of posix.h: Linux's own calls inside the __linux__
+// branches; elsewhere fcntl right after the call, getpeereid, nothing (no
+// death signal), and on macOS _NSGetExecutablePath.
 #include "common/posix.h"
 
 #include <fcntl.h>
