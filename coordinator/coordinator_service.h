@@ -55,8 +55,10 @@ class CoordinatorService final : public proto::Coordinator::Service {
                              proto::ClusterMap* reply) override;
   // Sends the current map at once when its epoch differs from known_epoch
   // (newer; or older, when this coordinator lost the state the client saw),
-  // then each new epoch. Ends with UNAVAILABLE on Membership::Shutdown and
-  // CANCELLED when the client goes away.
+  // then each new epoch. Each epoch's map is published once and shared by
+  // every watcher (MapFeed), so its heartbeat times and stats are those of
+  // that moment; GetClusterMap reads current ones. Ends with UNAVAILABLE on
+  // Membership::Shutdown and CANCELLED when the client goes away.
   grpc::Status WatchClusterMap(grpc::ServerContext* context,
                                const proto::WatchClusterMapRequest* request,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override;
