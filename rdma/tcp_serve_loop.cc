@@ -1,7 +1,8 @@
 // How a serve loop works.
 //
-// One thread, one epoll set (level-triggered), one eventfd to be woken by
-// Adopt and RequestEvictions. Each connection is a small state machine:
+// One thread and one Poller (level-triggered; epoll on Linux, poll(2)
+// elsewhere), woken by Adopt and RequestEvictions. Each connection is a small
+// state machine:
 //
 //   input   recv()s into a 16 KiB buffer, so a batch of pipelined headers
 //           arrives in one call. Each complete header is checked before it
@@ -15,7 +16,7 @@
 //                       queued; the bytes leave with it (no staging copy);
 //             CAS/FAA - std::atomic_ref on the word; the old value queued.
 //   output  queued responses leave with sendmsg(), headers and READ
-//           payloads gathered, as many as fit, never blocking; EPOLLOUT is
+//           payloads gathered, as many as fit, never blocking; writability is
 //           asked for only while something is left.
 //
 // Responses leave in request order. At most kMaxQueuedResponses wait per
@@ -49,8 +50,6 @@
 // READ (rdma.h promises only read-after-write ordering).
 #include "rdma/tcp_serve_loop.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -80,8 +79,8 @@ constexpr int kRecvCallsPerTurn = 16;
 // Gather entries per sendmsg (a header and a payload per response).
 constexpr size_t kMaxIovecs = 64;
 static_assert(kMaxIovecs % 2 == 0 && kMaxIovecs <= 1024);  // <= IOV_MAX
-// Events taken per epoll_wait.
-constexpr int kMaxEvents = 64;
+// Events taken per wait.
+constexpr size_t kMaxEvents = 64;
 // How often stalled connections are looked for.
 constexpr int64_t kStallCheckMs = 1000;
 
@@ -131,7 +130,8 @@ struct TcpServeLoop::Conn {
   const std::shared_ptr<TcpConnInfo> info;
   bool closed = false;
   bool on_ready_list = false;
-  uint32_t interest = 0;  // the epoll events asked for
+  bool watched = false;   // in the Poller's set
+  uint32_t interest = 0;  // the Poller events asked for
   int64_t last_progress_ms = 0;
   // Input; the buffer is allocated on the first receive, so a peer that
   // never sends costs none.
@@ -153,19 +153,9 @@ struct TcpServeLoop::Conn {
 absl::StatusOr<std::unique_ptr<TcpServeLoop>> TcpServeLoop::Create(
     const Limits& limits, std::shared_ptr<const RegionRegistry> registry,
     OnClose on_close) {
-  UniqueFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_fd.valid()) return ErrnoToStatus(errno, "epoll_create1");
-  UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_fd.valid()) return ErrnoToStatus(errno, "eventfd");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = nullptr;  // the wake-up
-  if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &ev) != 0) {
-    return ErrnoToStatus(errno, "epoll_ctl(eventfd)");
-  }
-  std::unique_ptr<TcpServeLoop> loop(
-      new TcpServeLoop(limits, std::move(registry), std::move(on_close),
-                       std::move(epoll_fd), std::move(wake_fd)));
+  MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<Poller> poller, Poller::Create());
+  std::unique_ptr<TcpServeLoop> loop(new TcpServeLoop(
+      limits, std::move(registry), std::move(on_close), std::move(poller)));
   MESHPOOL_ASSIGN_OR_RETURN(loop->thread_,
                             StartThread([l = loop.get()] { l->Run(); }));
   return loop;
@@ -173,18 +163,15 @@ absl::StatusOr<std::unique_ptr<TcpServeLoop>> TcpServeLoop::Create(
 
 TcpServeLoop::TcpServeLoop(const Limits& limits,
                            std::shared_ptr<const RegionRegistry> registry,
-                           OnClose on_close, UniqueFd epoll_fd,
-                           UniqueFd wake_fd)
+                           OnClose on_close, std::unique_ptr<Poller> poller)
     : limits_(limits),
       registry_(std::move(registry)),
       on_close_(std::move(on_close)),
-      epoll_fd_(std::move(epoll_fd)),
-      wake_fd_(std::move(wake_fd)) {}
+      poller_(std::move(poller)) {}
 
 TcpServeLoop::~TcpServeLoop() {
   stopping_.store(true);
-  uint64_t one = 1;
-  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  poller_->Wake();
   if (thread_.joinable()) thread_.join();
   TakeAdopted();
   for (auto& c : conns_) Close(*c);
@@ -196,18 +183,16 @@ void TcpServeLoop::Adopt(UniqueFd fd, std::shared_ptr<TcpConnInfo> info) {
     absl::MutexLock lock(&inbox_mu_);
     inbox_.emplace_back(std::move(fd), std::move(info));
   }
-  uint64_t one = 1;
-  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  poller_->Wake();
 }
 
 void TcpServeLoop::RequestEvictions() {
   evictions_requested_.store(true);
-  uint64_t one = 1;
-  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  poller_->Wake();
 }
 
 void TcpServeLoop::Run() {
-  epoll_event events[kMaxEvents];
+  Poller::Event events[kMaxEvents];
   int64_t next_stall_check = NowMs() + kStallCheckMs;
   while (!stopping_.load()) {
     const int64_t now = NowMs();
@@ -215,20 +200,14 @@ void TcpServeLoop::Run() {
                          ? static_cast<int>(std::clamp<int64_t>(
                                next_stall_check - now, 0, kStallCheckMs))
                          : 0;
-    int n = ::epoll_wait(epoll_fd_.get(), events, kMaxEvents, timeout_ms);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      n = 0;  // cannot happen with a valid set; keep serving what is ready
+    bool woken = false;
+    const size_t n = poller_->Wait(timeout_ms, events, &woken);
+    if (woken) {
+      TakeAdopted();
+      if (evictions_requested_.exchange(false)) Evict();
     }
-    for (int i = 0; i < n; ++i) {
-      if (events[i].data.ptr == nullptr) {
-        uint64_t count;
-        (void)!::read(wake_fd_.get(), &count, sizeof(count));
-        TakeAdopted();
-        if (evictions_requested_.exchange(false)) Evict();
-        continue;
-      }
-      Conn* c = static_cast<Conn*>(events[i].data.ptr);
+    for (size_t i = 0; i < n; ++i) {
+      Conn* c = static_cast<Conn*>(events[i].token);
       if (!c->closed) Serve(*c, events[i].events);
     }
     // Connections that left input unserved last turn.
@@ -264,14 +243,12 @@ void TcpServeLoop::TakeAdopted() {
       Close(conn);
       continue;
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = &conn;
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, conn.fd.get(), &ev) != 0) {
+    if (!poller_->Add(conn.fd.get(), Poller::kReadable, &conn).ok()) {
       Close(conn);  // out of kernel memory: refuse this one, serve the rest
       continue;
     }
-    conn.interest = ev.events;
+    conn.watched = true;
+    conn.interest = Poller::kReadable;
   }
 }
 
@@ -300,9 +277,9 @@ void TcpServeLoop::Serve(Conn& c, uint32_t events) {
   const bool was_busy = c.busy();
   Outcome outcome = Outcome::kKeep;
   // An error or a connection shut both ways: no response can arrive.
-  if (events & (EPOLLERR | EPOLLHUP)) outcome = Outcome::kClose;
+  if (events & (Poller::kError | Poller::kHangUp)) outcome = Outcome::kClose;
   if (outcome == Outcome::kKeep && c.may_read() &&
-      ((events & EPOLLIN) != 0 || c.has_ready_input())) {
+      ((events & Poller::kReadable) != 0 || c.has_ready_input())) {
     outcome = ReadRequests(c);
   }
   if (outcome == Outcome::kKeep && !c.out.empty()) outcome = Flush(c);
@@ -486,13 +463,10 @@ TcpServeLoop::Outcome TcpServeLoop::Flush(Conn& c) {
 
 void TcpServeLoop::UpdateInterest(Conn& c) {
   uint32_t want = 0;
-  if (c.may_read()) want |= EPOLLIN;
-  if (!c.out.empty()) want |= EPOLLOUT;
+  if (c.may_read()) want |= Poller::kReadable;
+  if (!c.out.empty()) want |= Poller::kWritable;
   if (want == c.interest) return;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.ptr = &c;
-  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) {
+  if (!poller_->Modify(c.fd.get(), want, &c).ok()) {
     Close(c);
     return;
   }
@@ -503,7 +477,7 @@ void TcpServeLoop::Close(Conn& c) {
   if (c.closed) return;
   c.closed = true;
   any_closed_ = true;
-  // Closing the descriptor takes it out of the epoll set (no dup exists).
+  if (c.watched) poller_->Remove(c.fd.get());
   ::shutdown(c.fd.get(), SHUT_RDWR);
   c.fd = UniqueFd();
   if (on_close_) on_close_(c.info);

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "rdma/poller.h"
 #include "rdma/region_registry.h"
 #include "rdma/socket.h"
 #include "rdma/tcp_wire.h"
@@ -70,7 +71,7 @@ class TcpServeLoop {
   using OnClose = std::function<void(const std::shared_ptr<TcpConnInfo>&)>;
 
   // Starts the loop's thread. Errors: Internal / ResourceExhausted from the
-  // OS (epoll, eventfd, thread).
+  // OS (the Poller, the thread); InvalidArgument from Poller::Create.
   static absl::StatusOr<std::unique_ptr<TcpServeLoop>> Create(
       const Limits& limits, std::shared_ptr<const RegionRegistry> registry,
       OnClose on_close);
@@ -91,7 +92,7 @@ class TcpServeLoop {
 
   TcpServeLoop(const Limits& limits,
                std::shared_ptr<const RegionRegistry> registry, OnClose on_close,
-               UniqueFd epoll_fd, UniqueFd wake_fd);
+               std::unique_ptr<Poller> poller);
   void Run();
   void TakeAdopted();
   void Evict();
@@ -109,8 +110,7 @@ class TcpServeLoop {
   const Limits limits_;
   const std::shared_ptr<const RegionRegistry> registry_;
   const OnClose on_close_;
-  UniqueFd epoll_fd_;
-  UniqueFd wake_fd_;  // an eventfd
+  const std::unique_ptr<Poller> poller_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> evictions_requested_{false};
   absl::Mutex inbox_mu_;

@@ -8,6 +8,17 @@ meshpool_test(rdma_conformance_test
 meshpool_test(rdma_tcp_responder_test
   SOURCES rdma_tcp_responder_test.cc rdma_tcp_admission_test.cc
   LIBS meshpool_rdma)
+# The tcp responder's cases again on the poll(2) backend macOS uses, and the
+# Poller's own cases on each backend.
+gtest_discover_tests(rdma_tcp_responder_test TEST_PREFIX "poll."
+                     DISCOVERY_TIMEOUT 60
+                     PROPERTIES TIMEOUT 300 ENVIRONMENT MESHPOOL_POLLER=poll)
+gtest_discover_tests(rdma_conformance_test TEST_PREFIX "poll."
+                     TEST_FILTER "*/tcp" DISCOVERY_TIMEOUT 60
+                     PROPERTIES TIMEOUT 300 ENVIRONMENT MESHPOOL_POLLER=poll)
+meshpool_test(rdma_poller_test
+  SOURCES rdma_poller_test.cc
+  LIBS meshpool_rdma)
 meshpool_test(rdma_tcp_endpoint_test
   SOURCES rdma_tcp_endpoint_test.cc
   LIBS meshpool_rdma)

@@ -52,8 +52,6 @@ NOT_YET_SPLIT = {
     "rdma/shm.h",
     "rdma/shm_mapping.cc",
     "rdma/shm_mapping.h",
-    "rdma/tcp_serve_loop.cc",
-    "rdma/tcp_serve_loop.h",
     "store/pool.cc",
     "store/pool.h",
     "tests/integration_fault_test.cc",
