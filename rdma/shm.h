@@ -2,7 +2,8 @@
 // as rdma.h; the address helpers are pure.
 //
 // For a client on the same host as its memory node: the node's pool is a
-// memfd (store::Pool created shared) that the client maps MAP_SHARED, so
+// memory file (common/memory_file.h; store::Pool created shared) that the
+// client maps MAP_SHARED, so
 // READ/WRITE are a memcpy in the client's own thread: no socket, no kernel,
 // and no work for the node's CPU per operation. Requests are still checked
 // against the regions the node registered (rkey, bounds; deregistration
@@ -10,8 +11,9 @@
 //
 // Addresses: "shm://<socket path>[?host=<HostIdentity>][&atomics=<address>]"
 // (ShmAddress). The node listens on a unix-domain socket at that path; a
-// client connecting receives the region table and the memfds (SCM_RIGHTS),
-// maps each memfd once per transport (shared by that transport's endpoints,
+// client connecting receives the region table and the memory files'
+// descriptors (SCM_RIGHTS), maps each once per transport (shared by that
+// transport's endpoints,
 // unmapped with the last), and keeps the connection open: its hang-up says
 // the node died. Socket file permissions (ShmOptions.socket_mode) decide who
 // may connect, and the peer's user id (ShmOptions.allowed_uids) who is
@@ -96,7 +98,7 @@
 namespace meshpool::rdma {
 
 inline constexpr int kShmLivenessCheckMs = 10;
-// Most memfds one node exports, and regions it registers at once.
+// Most memory files one node exports, and regions it registers at once.
 inline constexpr size_t kMaxShmExports = 16;
 inline constexpr size_t kMaxShmRegions = 256;
 // Most user ids ShmOptions.allowed_uids names.
@@ -108,8 +110,9 @@ inline constexpr size_t kMaxShmAllowedUids = 64;
 struct ShmExport {
   void* addr = nullptr;
   uint64_t length = 0;
-  int fd = -1;  // a memfd sealed with F_SEAL_SHRINK; the transport
-                // keeps a duplicate, the caller keeps its own
+  int fd = -1;  // a memory file whose size cannot change
+                // (CreateMemoryFile); the transport keeps a duplicate, the
+                // caller keeps its own
   uint64_t offset = 0;
   uint32_t rkey = 0;  // the rkey of a registration of exactly this export
                       // (0: random); pass the main transport's rkey
@@ -126,7 +129,7 @@ struct ShmOptions {
   // Node side: permissions of the socket file (0600: only this user).
   uint32_t socket_mode = 0600;
   // Node side: the user ids whose processes are handed the pool, checked
-  // on each connection by the kernel's record of the peer (SO_PEERCRED);
+  // on each connection by the kernel's record of the peer (PeerUid);
   // others are refused (their Connect: PermissionDenied). Empty: this
   // process's effective user and root (who can read any process's memory
   // anyway). At most kMaxShmAllowedUids.
@@ -141,9 +144,9 @@ struct ShmOptions {
   absl::Duration atomics_timeout = absl::Seconds(10);
 };
 
-// InvalidArgument for a bad export (fd not a sealed memfd, range beyond the
-// fd, overlapping exports, duplicate rkeys, atomics_address set but an export
-// without rkey) or option.
+// InvalidArgument for a bad export (fd not a fixed-size memory file, range
+// beyond the fd, overlapping exports, duplicate rkeys, atomics_address set
+// but an export without rkey) or option.
 absl::StatusOr<std::unique_ptr<Transport>> CreateShmTransport(
     ShmOptions options);
 

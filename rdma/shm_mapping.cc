@@ -1,6 +1,5 @@
 #include "rdma/shm_mapping.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/memory_file.h"
 #include "rdma/shm_wire.h"
 
 namespace meshpool::rdma::internal {
@@ -22,20 +22,28 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(int fd,
                                                             uint64_t bytes,
                                                             bool writable) {
   const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+#ifdef __linux__
   // The node faulted its pool in, but this process's page tables start
-  // empty: without MAP_POPULATE every first touch of a 4 KiB page is a
+  // empty: without populating, every first touch of a 4 KiB page is a
   // shmem fault on the data path (measured: a third of a 2 MiB PUT's CPU).
   // Bounded, since populating costs page tables and time at connect.
   const int populate = bytes <= kShmPopulateMaxBytes ? MAP_POPULATE : 0;
+#else
+  const int populate = 0;  // no such flag; pages fault in on first touch
+#endif
   void* p = ::mmap(nullptr, bytes, prot, MAP_SHARED | populate, fd, 0);
   if (p == MAP_FAILED) {
     return ErrnoToStatus(errno, absl::StrCat("mmap of ", FormatSize(bytes),
                                              " of shared memory"));
   }
+#ifdef __linux__
   // A client's core dump need not carry the node's whole pool. Huge-page
   // advice lets shmem THP (where enabled) map the pool with huge entries.
   ::madvise(p, bytes, MADV_DONTDUMP);
   if (writable) ::madvise(p, bytes, MADV_HUGEPAGE);
+#else
+  (void)kShmPopulateMaxBytes;
+#endif
   return std::unique_ptr<ShmMapping>(
       new ShmMapping(static_cast<uint8_t*>(p), bytes));
 }
@@ -51,40 +59,19 @@ absl::StatusOr<uint64_t> FdSize(int fd) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-absl::Status CheckShrinkSealed(int fd, absl::string_view what) {
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what,
-        " is not a memfd sealed against shrinking (F_SEAL_SHRINK); "
-        "whoever maps it could be killed by SIGBUS if it shrank: create the "
-        "pool with Pool::Create(..., shared=true)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ShmControlPage> ShmControlPage::Create() {
+  MESHPOOL_ASSIGN_OR_RETURN(
+      MemoryFile file,
+      CreateMemoryFile("meshpool-shm-control", kShmControlBytes,
+                       MemoryFilePages::kNormal, /*read_only_too=*/true));
   ShmControlPage page;
-  page.fd = UniqueFd(
-      ::memfd_create("meshpool-shm-control", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!page.fd.valid()) return ErrnoToStatus(errno, "memfd_create(control)");
-  if (::ftruncate(page.fd.get(), kShmControlBytes) != 0) {
-    return ErrnoToStatus(errno, "ftruncate(control)");
-  }
-  if (::fcntl(page.fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    return absl::InternalError(
-        ErrnoToStatus(errno, "sealing the shm control memfd").message());
-  }
+  page.fd = UniqueFd(file.fd);
+  page.read_only_fd = UniqueFd(file.read_only_fd);
   MESHPOOL_ASSIGN_OR_RETURN(
       page.mapping, ShmMapping::Map(page.fd.get(), kShmControlBytes, true));
   auto* control = reinterpret_cast<ShmControl*>(page.mapping->data());
   std::atomic_ref<uint64_t>(control->magic)
       .store(kShmControlMagic, std::memory_order_release);
-  // Clients may map it read-only only. Best effort: kernels before 5.1 lack
-  // F_SEAL_FUTURE_WRITE (a client could then scribble on its own view of
-  // which regions are live, nothing of the node's).
-  ::fcntl(page.fd.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE);
-  ::fcntl(page.fd.get(), F_ADD_SEALS, F_SEAL_SEAL);
   return page;
 }
 
@@ -93,20 +80,31 @@ absl::StatusOr<std::shared_ptr<const ShmMapping>> ShmMappingCache::Map(
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     return absl::InternalError(
-        ErrnoToStatus(errno, "fstat of the node's memfd").message());
+        ErrnoToStatus(errno, "fstat of the node's memory fd").message());
   }
   if (st.st_size <= 0) {
     return absl::FailedPreconditionError(
-        "the node sent an empty memfd; restart the node");
+        "the node sent an empty memory file; restart the node");
   }
-  MESHPOOL_RETURN_IF_ERROR(CheckShrinkSealed(fd, "the node's memory fd"));
+  MESHPOOL_RETURN_IF_ERROR(CheckMemoryFileFixed(fd, "the node's memory fd"));
+  if (st.st_ino == 0) {
+    // No identity to share by: XNU's fstat of a shared memory object may
+    // leave the inode number 0 (not checked on a Mac). Every endpoint then
+    // maps the file itself rather than risk handing it another file's
+    // mapping; the pages are still the node's.
+    MESHPOOL_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShmMapping> own,
+        ShmMapping::Map(fd, static_cast<uint64_t>(st.st_size), writable));
+    return std::shared_ptr<const ShmMapping>(std::move(own));
+  }
   const Key key{st.st_dev, st.st_ino, writable};
   absl::MutexLock lock(&mu_);
   absl::erase_if(mappings_,
                  [](const auto& entry) { return entry.second.expired(); });
   if (auto it = mappings_.find(key); it != mappings_.end()) {
     if (std::shared_ptr<const ShmMapping> live = it->second.lock()) {
-      // Shrink-sealed; a memfd that grew gets a new, larger mapping.
+      // Fixed in size; a file that grew (another one at the same inode
+      // number) gets a new mapping.
       if (live->size() == static_cast<uint64_t>(st.st_size)) return live;
     }
   }

@@ -1,13 +1,14 @@
-// meshpool/rdma internal: memfd mappings of the shm backend.
+// meshpool/rdma internal: mappings of the shm backend's memory files
+// (common/memory_file.h: memfds on Linux, shared memory objects on macOS).
 //
-//  * ShmMapping: the one owner of a MAP_SHARED mapping of a whole memfd
-//    (move-less; unmapped on destruction).
-//  * ShmMappingCache: a client transport's mappings, one per (memfd, access):
-//    endpoints to the same node share it through shared_ptr, and the last
-//    one to go unmaps it. Thread-safe.
-//  * Memfd helpers: the size of a descriptor, whether it is sealed against
-//    shrinking (a memfd someone may truncate would SIGBUS whoever maps it),
-//    and the node's control page.
+//  * ShmMapping: the one owner of a MAP_SHARED mapping of a whole memory
+//    file (move-less; unmapped on destruction).
+//  * ShmMappingCache: a client transport's mappings, one per (file,
+//    access): endpoints to the same node share it through shared_ptr, and
+//    the last one to go unmaps it. Only files whose size cannot change are
+//    mapped (one someone may shrink would SIGBUS whoever maps it).
+//    Thread-safe.
+//  * The size of a descriptor, and the node's control page.
 #ifndef MESHPOOL_RDMA_SHM_MAPPING_H_
 #define MESHPOOL_RDMA_SHM_MAPPING_H_
 
@@ -47,24 +48,22 @@ class ShmMapping {
 // The size of the file behind `fd`. Internal when fstat fails.
 absl::StatusOr<uint64_t> FdSize(int fd);
 
-// OK when `fd` is a memfd sealed with F_SEAL_SHRINK; FailedPrecondition
-// (naming `what`) otherwise.
-absl::Status CheckShrinkSealed(int fd, absl::string_view what);
-
-// The node's control page: a sealed memfd of kShmControlBytes with its
-// magic set, clients may map it read-only only (where the kernel has
-// F_SEAL_FUTURE_WRITE). Errors: Internal / ResourceExhausted.
+// The node's control page: a memory file (common/memory_file.h) of
+// kShmControlBytes with its magic set. Clients get `read_only_fd`, which
+// maps read-only only. Errors: as CreateMemoryFile and ShmMapping::Map.
 struct ShmControlPage {
   static absl::StatusOr<ShmControlPage> Create();
-  UniqueFd fd;
+  UniqueFd fd;                          // read-write, the node's
+  UniqueFd read_only_fd;                // what clients are handed
   std::unique_ptr<ShmMapping> mapping;  // writable, the node's
 };
 
 class ShmMappingCache {
  public:
-  // The mapping of the whole memfd `fd` (its current size), shared with
-  // earlier calls for the same file and access while any of them lives.
-  // Errors: FailedPrecondition (empty or not shrink-sealed), as Map.
+  // The mapping of the whole memory file `fd` (its current size), shared
+  // with earlier calls for the same file and access while any of them
+  // lives. Errors: FailedPrecondition (empty, or its size could change:
+  // CheckMemoryFileFixed), as Map.
   absl::StatusOr<std::shared_ptr<const ShmMapping>> Map(int fd, bool writable);
 
  private:

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/common.h"
+#include "common/memory_file.h"
 #include "common/posix.h"
 #include "rdma/shm.h"
 #include "rdma/shm_wire.h"
@@ -83,13 +84,13 @@ absl::StatusOr<std::shared_ptr<ShmNodeState>> ShmNodeState::Create(
     if (e.addr == nullptr || e.length == 0 || base + e.length < base) {
       return bad("needs a non-null address and a non-zero length");
     }
-    if (e.fd < 0) return bad("needs the memfd behind the memory");
+    if (e.fd < 0) return bad("needs the memory file behind the memory");
     if (need_rkeys && e.rkey == 0) {
       return bad("needs the main transport's rkey when atomics_address is set");
     }
     absl::StatusOr<uint64_t> size = FdSize(e.fd);
     if (!size.ok()) return bad(size.status().message());
-    absl::Status sealed = CheckShrinkSealed(e.fd, "its fd");
+    absl::Status sealed = CheckMemoryFileFixed(e.fd, "its fd");
     if (!sealed.ok()) return bad(sealed.message());
     if (e.offset > *size || e.length > *size - e.offset) {
       return bad(absl::StrCat("[offset ", e.offset, ", +", e.length,
@@ -220,7 +221,7 @@ void ShmNodeState::Hello(std::string* message, std::vector<int>* fds) const {
     message->append(reinterpret_cast<const char*>(&wire), sizeof(wire));
   }
   fds->clear();
-  fds->push_back(control_.fd.get());
+  fds->push_back(control_.read_only_fd.get());
   for (const Export& e : exports_) fds->push_back(e.fd.get());
 }
 

@@ -13,22 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/common.h"
+#include "common/memory_file.h"
 
 namespace meshpool::store {
 namespace {
 
 constexpr int kProt = PROT_READ | PROT_WRITE;
-// memfd_create's MFD_HUGE_2MB (<linux/memfd.h> clashes with <sys/mman.h>):
-// log2 of the page size in the flag's bits 26 and up.
-constexpr unsigned kMfdHugeShift = 26;
-static_assert(kHugePageBytes == 1ull << 21);
-constexpr unsigned kMfdHuge2Mb = 21u << kMfdHugeShift;
-// What a shared pool's memfd is sealed with (see pool.h).
-constexpr int kPoolSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-constexpr char kShmemThpPath[] =
-    "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 
-// Closes a memfd unless released (error paths of CreateShared).
+// Closes a memory file unless released (error paths of CreateShared).
 struct FdCloser {
   int fd;
   ~FdCloser() {
@@ -37,24 +29,55 @@ struct FdCloser {
   int Release() { return std::exchange(fd, -1); }
 };
 
-// A memfd of `bytes`, sealed; -1 with errno set when any step fails.
-int SealedMemfd(uint64_t bytes, unsigned extra_flags) {
-  FdCloser fd{::memfd_create(kSharedPoolName,
-                             MFD_CLOEXEC | MFD_ALLOW_SEALING | extra_flags)};
-  if (fd.fd < 0) return -1;
-  if (::ftruncate(fd.fd, static_cast<off_t>(bytes)) != 0) return -1;
-  if (::fcntl(fd.fd, F_ADD_SEALS, kPoolSeals) != 0) return -1;
-  return fd.Release();
-}
+#ifdef __linux__
+// mmap's flag for explicit huge pages (also given for a hugetlb memfd).
+constexpr int kHugeTlbMapFlag = MAP_HUGETLB;
+constexpr char kShmemThpPath[] =
+    "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 
 }  // namespace
+
+PageKind Pool::AdviseHugePages(char* p, uint64_t bytes, bool shared) {
+  if (::madvise(p, bytes, MADV_HUGEPAGE) != 0) return PageKind::kNormal;
+  if (!shared) return PageKind::kTransparentHuge;
+  std::ifstream sysfs(kShmemThpPath);
+  std::stringstream text;
+  text << sysfs.rdbuf();
+  return ShmemHugePagesAllowed(text.str()) ? PageKind::kTransparentHuge
+                                           : PageKind::kNormal;
+}
+
+namespace {
+
+// Faults [p, p+bytes) in with one call; false with errno when the kernel
+// cannot (EINVAL: older than 5.14).
+bool PopulateByAdvice(char* p, uint64_t bytes) {
+  return ::madvise(p, bytes, MADV_POPULATE_WRITE) == 0;
+}
+#else
+// No explicit huge pages (macOS maps with its own page size; Apple silicon
+// has 16 KiB pages) and no advice for them.
+constexpr int kHugeTlbMapFlag = 0;
+bool PopulateByAdvice(char*, uint64_t) {
+  errno = EINVAL;
+  return false;
+}
+#endif
+
+}  // namespace
+
+#ifndef __linux__
+PageKind Pool::AdviseHugePages(char*, uint64_t, bool) {
+  return PageKind::kNormal;
+}
+#endif
 
 absl::string_view PageKindName(PageKind kind) {
   switch (kind) {
     case PageKind::kHugeTlb:
-      return "2MiB huge pages (MAP_HUGETLB)";
+      return "2MiB huge pages (hugetlb)";
     case PageKind::kTransparentHuge:
-      return "transparent huge pages (MADV_HUGEPAGE)";
+      return "transparent huge pages (advised)";
     case PageKind::kNormal:
       return "normal pages";
   }
@@ -82,49 +105,46 @@ absl::StatusOr<Pool> Pool::CreateShared(uint64_t bytes, bool huge_pages,
   // Explicit huge pages: a hugetlb memfd reserves its pages when mapped, so
   // on hosts without reserved huge pages the mmap fails (ENOMEM) and we fall
   // back, silently as for private pools.
-  if (huge_pages && bytes % kHugePageBytes == 0) {
-    FdCloser fd{SealedMemfd(bytes, MFD_HUGETLB | kMfdHuge2Mb)};
-    if (fd.fd >= 0) {
-      void* p = map(nullptr, bytes, kProt, MAP_SHARED | MAP_HUGETLB, fd.fd, 0);
+  if (huge_pages && kHugeTlbMapFlag != 0 && bytes % kHugePageBytes == 0) {
+    absl::StatusOr<MemoryFile> huge =
+        CreateMemoryFile(kSharedPoolName, bytes, MemoryFilePages::kHuge2MiB);
+    if (huge.ok()) {
+      FdCloser fd{huge->fd};
+      void* p =
+          map(nullptr, bytes, kProt, MAP_SHARED | kHugeTlbMapFlag, fd.fd, 0);
       if (p != MAP_FAILED) {
         return Pool(static_cast<char*>(p), bytes, PageKind::kHugeTlb,
                     fd.Release());
       }
     }
   }
-  FdCloser fd{SealedMemfd(bytes, 0)};
-  if (fd.fd < 0) {
-    const int err = errno;
-    if (err == ENOMEM || err == ENOSPC || err == EMFILE || err == ENFILE) {
-      return ErrnoToStatus(err, absl::StrCat("memfd for a ", FormatSize(bytes),
-                                             " shared pool (lower the "
-                                             "capacity)"));
+  absl::StatusOr<MemoryFile> file =
+      CreateMemoryFile(kSharedPoolName, bytes, MemoryFilePages::kNormal);
+  if (!file.ok()) {
+    if (absl::IsResourceExhausted(file.status())) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(file.status().message(), ", for a ", FormatSize(bytes),
+                       " shared pool (lower the capacity)"));
     }
-    return absl::InternalError(absl::StrCat(
-        "cannot create a sealed memfd for a shared pool: ",
-        ErrnoToStatus(err, "memfd_create/ftruncate/F_ADD_SEALS").message(),
-        "; this needs Linux >= 3.17 with memfd sealing"));
+    return absl::Status(
+        file.status().code(),
+        absl::StrCat("cannot create a shared pool: ", file.status().message()));
   }
+  FdCloser fd{file->fd};
   void* p = map(nullptr, bytes, kProt, MAP_SHARED, fd.fd, 0);
   if (p == MAP_FAILED) {
     return ErrnoToStatus(errno, absl::StrCat("mmap of a ", FormatSize(bytes),
                                              " shared pool (lower the "
                                              "capacity)"));
   }
-  PageKind kind = PageKind::kNormal;
-  if (huge_pages && ::madvise(p, bytes, MADV_HUGEPAGE) == 0) {
-    std::ifstream sysfs(kShmemThpPath);
-    std::stringstream text;
-    text << sysfs.rdbuf();
-    if (ShmemHugePagesAllowed(text.str())) kind = PageKind::kTransparentHuge;
-  }
+  const PageKind kind =
+      huge_pages ? AdviseHugePages(static_cast<char*>(p), bytes, true)
+                 : PageKind::kNormal;
   return Pool(static_cast<char*>(p), bytes, kind, fd.Release());
 }
 
 absl::Status Pool::Populate(char* p, uint64_t bytes, bool use_madvise) {
-  if (use_madvise && ::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) {
-    return absl::OkStatus();
-  }
+  if (use_madvise && PopulateByAdvice(p, bytes)) return absl::OkStatus();
   if (use_madvise && errno != EINVAL) {  // EINVAL: kernel older than 5.14
     return ErrnoToStatus(errno,
                          absl::StrCat("faulting in a ", FormatSize(bytes),
@@ -150,11 +170,11 @@ absl::StatusOr<Pool> Pool::CreateWith(uint64_t bytes, bool huge_pages,
     return pool;
   }
   constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS;
-  // Explicit huge pages first: they need a reserved pool
-  // (/proc/sys/vm/nr_hugepages), which most hosts lack, so failure here is
+  // Explicit huge pages first: they need a reserved pool (the kernel's
+  // vm.nr_hugepages), which most hosts lack, so failure here is
   // expected and silent.
-  if (huge_pages && bytes % kHugePageBytes == 0) {
-    void* p = map(nullptr, bytes, kProt, kFlags | MAP_HUGETLB, -1, 0);
+  if (huge_pages && kHugeTlbMapFlag != 0 && bytes % kHugePageBytes == 0) {
+    void* p = map(nullptr, bytes, kProt, kFlags | kHugeTlbMapFlag, -1, 0);
     if (p != MAP_FAILED) {
       Pool pool(static_cast<char*>(p), bytes, PageKind::kHugeTlb);
       if (populate) MESHPOOL_RETURN_IF_ERROR(Populate(pool.data_, bytes, true));
@@ -166,10 +186,9 @@ absl::StatusOr<Pool> Pool::CreateWith(uint64_t bytes, bool huge_pages,
     return ErrnoToStatus(errno, absl::StrCat("mmap of a ", FormatSize(bytes),
                                              " pool (lower the capacity)"));
   }
-  PageKind kind = PageKind::kNormal;
-  if (huge_pages && ::madvise(p, bytes, MADV_HUGEPAGE) == 0) {
-    kind = PageKind::kTransparentHuge;
-  }
+  const PageKind kind =
+      huge_pages ? AdviseHugePages(static_cast<char*>(p), bytes, false)
+                 : PageKind::kNormal;
   Pool pool(static_cast<char*>(p), bytes, kind);  // unmaps on error
   if (populate) MESHPOOL_RETURN_IF_ERROR(Populate(pool.data_, bytes, true));
   return pool;

@@ -25,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/memory_file.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
@@ -181,18 +182,17 @@ class UcBackend : public Backend {
   int silent_fd_ = -1;
 };
 
-// The node's memory is a sealed memfd (what a shared store::Pool is),
+// The node's memory is a memory file (what a shared store::Pool is),
 // exported by the node transport; the client transport is client-only.
 class ShmBackend : public Backend {
  public:
   static constexpr size_t kBytes = kNodeBytes + kExtraNodeBytes;
   static std::unique_ptr<Backend> Create(uint64_t seed) {
     auto b = std::make_unique<ShmBackend>();
-    b->fd_ = ::memfd_create("conformance", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (b->fd_ < 0 || ::ftruncate(b->fd_, kBytes) != 0 ||
-        ::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-      return nullptr;
-    }
+    absl::StatusOr<MemoryFile> file =
+        CreateMemoryFile("conformance", kBytes, MemoryFilePages::kNormal);
+    if (!file.ok()) return nullptr;
+    b->fd_ = file->fd;
     void* p =
         ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
     if (p == MAP_FAILED) return nullptr;

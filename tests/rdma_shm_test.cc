@@ -3,6 +3,7 @@
 // mapping cache, failures within a batch, atomics under contention and
 // store->load ordering. Forwarded atomics and hostile hellos:
 // rdma_shm_forward_test.cc; two real processes: rdma_shm_process_test.cc.
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -17,9 +18,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory_file.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
+#include "rdma/shm_mapping.h"
+#include "rdma/shm_wire.h"
 #include "tests/shm_test_util.h"
 
 namespace meshpool::rdma::shm_testing {
@@ -416,6 +420,28 @@ TEST(ShmEndpointTest, ReadAfterWriteIsOrderedAgainstAnotherWriter) {
     if (seen[0][round] < round && seen[1][round] < round) ++both_missed;
   }
   EXPECT_EQ(both_missed, 0) << "of " << kRounds << " rounds";
+}
+
+// ---- the control page ----------------------------------------------------
+
+TEST(ShmControlPageTest, ClientsAreHandedAViewTheyCannotMapWritable) {
+  absl::StatusOr<internal::ShmControlPage> page =
+      internal::ShmControlPage::Create();
+  ASSERT_TRUE(page.ok()) << page.status();
+  const int fd = page->read_only_fd.get();
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(CheckMemoryFileFixed(fd, "the control page").ok());
+  EXPECT_EQ(::mmap(nullptr, internal::kShmControlBytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EACCES);
+  void* p =
+      ::mmap(nullptr, internal::kShmControlBytes, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  uint64_t magic;
+  std::memcpy(&magic, p, sizeof(magic));
+  EXPECT_EQ(magic, internal::kShmControlMagic);
+  ::munmap(p, internal::kShmControlBytes);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Helpers of the shm backend's tests (rdma_shm_test, rdma_shm_forward_test):
-// a sealed memfd standing in for a shared store::Pool, a node serving it,
+// a memory file standing in for a shared store::Pool, a node serving it,
 // and work request shorthands.
 #ifndef MESHPOOL_TESTS_SHM_TEST_UTIL_H_
 #define MESHPOOL_TESTS_SHM_TEST_UTIL_H_
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory_file.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
@@ -22,16 +23,25 @@ namespace meshpool::rdma::shm_testing {
 inline constexpr size_t kPoolBytes = 4 << 20;
 inline constexpr absl::Duration kTimeout = absl::Seconds(30);
 
-// A sealed memfd mapped MAP_SHARED: what a shared store::Pool is.
+// A memory file mapped MAP_SHARED: what a shared store::Pool is. With
+// `fixed` false, a plain unlinked file instead, whose size can change (what
+// the node must refuse).
 class SharedMemory {
  public:
   static std::unique_ptr<SharedMemory> Create(const std::string& name,
-                                              size_t bytes, bool seal = true) {
+                                              size_t bytes, bool fixed = true) {
     auto m = std::unique_ptr<SharedMemory>(new SharedMemory);
-    m->fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (m->fd_ < 0 || ::ftruncate(m->fd_, bytes) != 0) return nullptr;
-    if (seal && ::fcntl(m->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW)) {
-      return nullptr;
+    if (fixed) {
+      absl::StatusOr<MemoryFile> file =
+          CreateMemoryFile(name, bytes, MemoryFilePages::kNormal);
+      if (!file.ok()) return nullptr;
+      m->fd_ = file->fd;
+    } else {
+      std::string path = "/tmp/meshpool-" + name + "-XXXXXX";
+      m->fd_ = ::mkstemp(path.data());
+      if (m->fd_ < 0) return nullptr;
+      ::unlink(path.c_str());
+      if (::ftruncate(m->fd_, bytes) != 0) return nullptr;
     }
     void* p =
         ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);
