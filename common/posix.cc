@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace meshpool {
@@ -57,6 +58,25 @@ int AcceptCloexec(int listen_fd, sockaddr* peer, socklen_t* peer_len,
                    SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0));
 #else
   return SetFlags(::accept(listen_fd, peer, peer_len), nonblocking);
+#endif
+}
+
+ssize_t RecvmsgCloexec(int fd, msghdr* msg, int flags) {
+#ifdef __linux__
+  return ::recvmsg(fd, msg, flags | MSG_CMSG_CLOEXEC);
+#else
+  const ssize_t got = ::recvmsg(fd, msg, flags);
+  if (got < 0) return got;
+  for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int one;
+      std::memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      ::fcntl(one, F_SETFD, FD_CLOEXEC);
+    }
+  }
+  return got;
 #endif
 }
 

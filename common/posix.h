@@ -13,6 +13,7 @@
 #ifndef MESHPOOL_COMMON_POSIX_H_
 #define MESHPOOL_COMMON_POSIX_H_
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -41,6 +42,19 @@ int PeerUid(int fd, uint32_t* uid);
 // stop their children themselves; a parent killed outright (SIGKILL)
 // leaves them running there.
 void DieWithParent();
+
+// recvmsg(2) whose received descriptors (SCM_RIGHTS) close on exec:
+// atomically on Linux, set right after the call elsewhere.
+ssize_t RecvmsgCloexec(int fd, msghdr* msg, int flags);
+
+// poll(2)'s "the peer shut its sending side" event where the OS has one
+// (Linux's POLLRDHUP), else 0; a reader that must see a hang-up everywhere
+// also treats end-of-file on a readable socket as one.
+#ifdef __linux__
+inline constexpr short kPollReadHangUp = POLLRDHUP;
+#else
+inline constexpr short kPollReadHangUp = 0;
+#endif
 
 // The path of this process's executable: into *path, 0 on success, -1
 // with errno otherwise (ENAMETOOLONG past 4 KiB).

@@ -10,7 +10,8 @@
 //                          Soft-RoCE). Only rdma/verbs_* include
 //                          <infiniband/verbs.h>. Multi-device hosts:
 //                          rdma/device_matrix.h; diagnostics: rdma/devices.h.
-//   shm   (rdma/shm.h)   - same host: the node's pool is a memfd the client
+//   shm   (rdma/shm.h)   - same host: the node's pool is a memory file the
+//   client
 //                          maps; READ/WRITE are memcpy, atomics CPU atomics or
 //                          forwarded to the node's verbs device.
 //   sim   (rdma/sim.h)   - in-process, deterministic (seeded) fabric with

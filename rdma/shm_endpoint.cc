@@ -1,8 +1,8 @@
 // How the shm client works: Connect receives the node's hello (one
-// SOCK_SEQPACKET message: region table + memfds, shm_wire.h), validates it
-// all before mapping anything, and maps the memfds through the transport's
-// cache. Post then runs each request in the caller's thread; a run of
-// consecutive forwarded atomics is posted to the atomics endpoint as one
+// message: region table + memory files, shm_wire.h, shm_socket.h),
+// validates it all before mapping anything, and maps the files through the
+// transport's cache. Post then runs each request in the caller's thread; a run
+// of consecutive forwarded atomics is posted to the atomics endpoint as one
 // batch and waited for before the next request executes, which keeps both
 // effects and completions in posting order.
 #include "rdma/shm_endpoint.h"
@@ -21,6 +21,7 @@
 #include "common/posix.h"
 #include "rdma/region_registry.h"
 #include "rdma/shm.h"
+#include "rdma/shm_socket.h"
 #include "rdma/shm_wire.h"
 
 namespace meshpool::rdma::internal {
@@ -43,7 +44,7 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path,
         absl::StrCat("unix socket path '", path, "' is too long"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
-  UniqueFd fd(SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0));
+  UniqueFd fd(SocketCloexec(AF_UNIX, kShmSocketType, 0));
   if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
   // A blocking unix connect waits for backlog room up to SO_SNDTIMEO.
   MESHPOOL_RETURN_IF_ERROR(SetTimeout(fd.get(), SO_SNDTIMEO, timeout));
@@ -65,53 +66,24 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path,
   return fd;
 }
 
-struct Hello {
-  std::vector<uint8_t> bytes;
-  std::vector<UniqueFd> fds;
-};
-
-absl::StatusOr<Hello> ReceiveHello(int fd, const std::string& path) {
-  Hello hello;
-  hello.bytes.resize(kShmHelloMaxBytes + 1);
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kShmHelloMaxFds)];
-  iovec iov{hello.bytes.data(), hello.bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t got;
-  do {
-    got = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-  } while (got < 0 && errno == EINTR);
-  if (got <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("the shm node at ", path, " sent no region table (",
-                     got == 0 ? "it closed the connection"
-                              : ErrnoToStatus(errno, "recvmsg").message(),
-                     "); retry, or use its main address"));
+absl::StatusOr<ShmMessage> ReceiveHello(int fd, const std::string& path) {
+  absl::StatusOr<ShmMessage> hello =
+      ReceiveShmMessage(fd, kShmHelloMaxBytes, kShmHelloMaxFds);
+  if (absl::IsUnavailable(hello.status())) {
+    return absl::UnavailableError(absl::StrCat(
+        "the shm node at ", path, " sent no region table (",
+        hello.status().message(), "); retry, or use its main address"));
   }
-  // Own every descriptor received before looking at anything else.
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
-       c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; ++i) {
-      int one;
-      std::memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      hello.fds.emplace_back(one);
-    }
+  if (!hello.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the region table from ", path,
+        " is larger than this "
+        "build accepts (",
+        hello.status().message(), "); is the node another meshpool version?"));
   }
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the region table from ", path,
-                     " is larger than this build "
-                     "accepts; is the node another meshpool version?"));
-  }
-  hello.bytes.resize(static_cast<size_t>(got));
   ShmRefusal refusal{};
-  if (hello.bytes.size() == sizeof(refusal) && hello.fds.empty()) {
-    std::memcpy(&refusal, hello.bytes.data(), sizeof(refusal));
+  if (hello->bytes.size() == sizeof(refusal) && hello->fds.empty()) {
+    std::memcpy(&refusal, hello->bytes.data(), sizeof(refusal));
     if (refusal.magic == kShmRefusedMagic) {
       return absl::PermissionDeniedError(absl::StrCat(
           "the shm node at ", path, " does not hand its pool to user ",
@@ -135,7 +107,7 @@ absl::Status BadHello(const std::string& path, absl::string_view why) {
 absl::StatusOr<std::unique_ptr<ShmEndpoint>> ShmEndpoint::Connect(
     const std::string& path, ShmMappingCache& cache, absl::Duration timeout) {
   MESHPOOL_ASSIGN_OR_RETURN(UniqueFd socket, ConnectUnix(path, timeout));
-  MESHPOOL_ASSIGN_OR_RETURN(Hello hello, ReceiveHello(socket.get(), path));
+  MESHPOOL_ASSIGN_OR_RETURN(ShmMessage hello, ReceiveHello(socket.get(), path));
   absl::StatusOr<ShmHelloHeader> h =
       DecodeShmHello(hello.bytes, hello.fds.size());
   if (!h.ok()) return BadHello(path, h.status().message());
@@ -195,9 +167,7 @@ void ShmEndpoint::CheckPeer() {
   const Clock::time_point now = Clock::now();
   if (now < next_check_) return;
   next_check_ = now + std::chrono::milliseconds(kShmLivenessCheckMs);
-  pollfd p{socket_.get(), POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) > 0 &&
-      (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) {
+  if (ShmPeerHungUp(socket_.get())) {
     Break("the node's process is gone: its socket hung up");
   }
 }

@@ -27,10 +27,10 @@ namespace meshpool::rdma::internal {
 class ShmEndpoint : public Endpoint {
  public:
   // Connects to the node's socket at `path`, receives its region table and
-  // memfds and maps them through `cache`. Errors: Unavailable (nobody
+  // memory files and maps them through `cache`. Errors: Unavailable (nobody
   // listens there, no table within `timeout`), PermissionDenied (the
   // socket's permissions refuse this user), FailedPrecondition (a malformed
-  // table or unsealed memfd: another meshpool version or not a node),
+  // table or a resizable file: another meshpool version or not a node),
   // ResourceExhausted (mmap).
   static absl::StatusOr<std::unique_ptr<ShmEndpoint>> Connect(
       const std::string& path, ShmMappingCache& cache, absl::Duration timeout);

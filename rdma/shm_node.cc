@@ -1,5 +1,5 @@
 // The shm node side: exported memory, regions, and the socket that hands
-// clients the memfds.
+// clients the memory files.
 #include "rdma/shm_node.h"
 
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include "common/memory_file.h"
 #include "common/posix.h"
 #include "rdma/shm.h"
+#include "rdma/shm_socket.h"
 #include "rdma/shm_wire.h"
 
 namespace meshpool::rdma::internal {
@@ -43,7 +44,7 @@ absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
 // another type) leaves the file alone.
 bool MayBeInUse(const sockaddr_un& addr) {
   UniqueFd probe(
-      SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0, /*nonblocking=*/true));
+      SocketCloexec(AF_UNIX, kShmSocketType, 0, /*nonblocking=*/true));
   if (!probe.valid()) return true;
   return ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr),
                    sizeof(addr)) == 0 ||
@@ -71,7 +72,7 @@ absl::StatusOr<std::shared_ptr<ShmNodeState>> ShmNodeState::Create(
   if (exports.size() > kMaxShmExports) {
     return absl::InvalidArgumentError(
         absl::StrCat("ShmOptions.exports holds at most ", kMaxShmExports,
-                     " memfds, got ", exports.size()));
+                     " memory files, got ", exports.size()));
   }
   std::vector<Export> out;
   for (size_t i = 0; i < exports.size(); ++i) {
@@ -231,7 +232,7 @@ absl::StatusOr<std::unique_ptr<ShmListener>> ShmListener::Create(
     const std::string& path, uint32_t mode, std::vector<uint32_t> allowed_uids,
     std::shared_ptr<const ShmNodeState> state) {
   MESHPOOL_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
-  UniqueFd fd(SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0, /*nonblocking=*/true));
+  UniqueFd fd(SocketCloexec(AF_UNIX, kShmSocketType, 0, /*nonblocking=*/true));
   if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
   auto bind_once = [&] {
     return ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr),
@@ -304,7 +305,7 @@ void ShmListener::Loop() {
     fds.assign(
         {{listen_fd_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}});
     for (const UniqueFd& c : connections_) {
-      fds.push_back({c.get(), POLLIN | POLLRDHUP, 0});
+      fds.push_back({c.get(), static_cast<short>(POLLIN | kPollReadHangUp), 0});
     }
     if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
     if (stopping_.load()) return;
@@ -319,7 +320,8 @@ void ShmListener::Reap(const std::vector<short>& revents) {
   std::vector<UniqueFd> kept;
   kept.reserve(connections_.size());
   for (size_t i = 0; i < connections_.size(); ++i) {
-    bool keep = (revents[i] & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) == 0;
+    bool keep =
+        (revents[i] & (POLLHUP | kPollReadHangUp | POLLERR | POLLNVAL)) == 0;
     if (keep && (revents[i] & POLLIN)) {
       // Clients send nothing; drain whatever a confused one sends.
       char sink[256];
@@ -340,8 +342,9 @@ bool ShmListener::Admits(int fd) const {
       allowed_uids_.end()) {
     return true;
   }
-  ShmRefusal refusal{kShmRefusedMagic, uid, 0};
-  (void)::send(fd, &refusal, sizeof(refusal), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ShmRefusal refusal{kShmRefusedMagic, uid, 0};
+  (void)SendShmMessage(
+      fd, {reinterpret_cast<const uint8_t*>(&refusal), sizeof(refusal)}, {});
   return false;
 }
 
@@ -363,20 +366,10 @@ void ShmListener::AcceptAll() {
     if (connections_.size() >= kMaxShmConnections) continue;  // closes c
     if (!Admits(c.get())) continue;                           // closes c
     state_->Hello(&message, &fds);
-    iovec iov{message.data(), message.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kShmHelloMaxFds)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
-    if (::sendmsg(c.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT) ==
-        static_cast<ssize_t>(message.size())) {
+    if (SendShmMessage(
+            c.get(),
+            {reinterpret_cast<const uint8_t*>(message.data()), message.size()},
+            fds)) {
       connections_.push_back(std::move(c));
     }
   }

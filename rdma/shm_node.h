@@ -1,11 +1,11 @@
 // meshpool/rdma internal: the shm backend's node side.
 //
-//  * ShmNodeState: the exported memfds, the control page and the regions
+//  * ShmNodeState: the exported memory files, the control page and the regions
 //    registered in them (rkey -> range, fd offset, control slot). Builds the
 //    hello a connecting client receives. Thread-safe; shared by the
 //    transport, its regions (which may outlive it) and its listener.
-//  * ShmListener: the unix-domain SOCK_SEQPACKET socket clients connect to.
-//    One thread accepts, sends each client the hello with the memfds, and
+//  * ShmListener: the unix-domain socket clients connect to (shm_socket.h).
+//    One thread accepts, sends each client the hello with the files, and
 //    holds the connection open (a node that dies hangs them all up) until
 //    the client closes it. Thread-safe: Create, path() and destruction.
 #ifndef MESHPOOL_RDMA_SHM_NODE_H_
@@ -41,7 +41,8 @@ class ShmNodeState : public std::enable_shared_from_this<ShmNodeState> {
  public:
   // Validates and duplicates the exports (see CreateShmTransport for the
   // rules; `need_rkeys`: every export must carry an rkey). Errors:
-  // InvalidArgument (bad export), Internal / ResourceExhausted (memfd).
+  // InvalidArgument (bad export), Internal / ResourceExhausted /
+  // FailedPrecondition (the control page's memory file).
   static absl::StatusOr<std::shared_ptr<ShmNodeState>> Create(
       const std::vector<ShmExport>& exports, bool need_rkeys, uint64_t seed);
 

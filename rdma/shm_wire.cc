@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<ShmWireRegion>> DecodeShmHelloRegions(
     const uint64_t size = export_bytes[r.export_index];
     if (r.fd_offset > size || r.length > size - r.fd_offset) {
       return absl::InvalidArgumentError(
-          absl::StrCat("region ", i, " passes its memfd"));
+          absl::StrCat("region ", i, " passes its memory file"));
     }
     if (!rkeys.insert(r.rkey).second) {
       return absl::InvalidArgumentError(

@@ -1,12 +1,12 @@
 // meshpool/rdma internal: what the shm backend's node and client share.
 //
-//  * The hello: the one SOCK_SEQPACKET message a node sends each client that
-//    connects to its unix socket: ShmHelloHeader, then region_count
-//    ShmWireRegion, with SCM_RIGHTS carrying the control memfd first and then
-//    one memfd per export (export_index i is descriptor i + 1).
+//  * The hello: the one message (shm_socket.h) a node sends each client
+//    that connects to its unix socket: ShmHelloHeader, then region_count
+//    ShmWireRegion, with SCM_RIGHTS carrying the control page first and
+//    then one memory file per export (export_index i is descriptor i + 1).
 //  * The refusal: what the node sends instead, with no descriptor, to a
 //    peer whose user it does not admit (ShmRefusal).
-//  * The control page: a small memfd the node writes and clients map
+//  * The control page: a small memory file the node writes and clients map
 //    read-only. `closed` turns nonzero when the node's transport is
 //    destroyed; slot_rkey[s] holds the rkey of the region in slot s while it
 //    is registered and 0 after, so a client refuses a deregistered region at
@@ -38,7 +38,7 @@ inline constexpr uint32_t kShmWireVersion = 1;
 struct ShmHelloHeader {
   uint64_t magic;
   uint32_t version;
-  uint32_t export_count;  // memfds after the control memfd
+  uint32_t export_count;  // memory files after the control page
   uint32_t region_count;  // ShmWireRegion entries that follow
   uint32_t reserved;
 };
@@ -55,7 +55,7 @@ static_assert(sizeof(ShmRefusal) < sizeof(ShmHelloHeader),
 struct ShmWireRegion {
   uint64_t addr;  // in the node's address space (what WRs name)
   uint64_t length;
-  uint64_t fd_offset;  // where addr lies in its export's memfd
+  uint64_t fd_offset;  // where addr lies in its export's memory file
   uint32_t rkey;
   uint16_t export_index;
   uint16_t slot;  // its word in ShmControl::slot_rkey
@@ -64,7 +64,7 @@ static_assert(sizeof(ShmWireRegion) == 32);
 
 inline constexpr size_t kShmHelloMaxBytes =
     sizeof(ShmHelloHeader) + kMaxShmRegions * sizeof(ShmWireRegion);
-// Descriptors one hello carries: the control memfd and the exports'.
+// Descriptors one hello carries: the control page and the exports..
 inline constexpr size_t kShmHelloMaxFds = 1 + kMaxShmExports;
 static_assert(kShmHelloMaxFds <= 253, "SCM_RIGHTS carries at most 253 fds");
 static_assert(kMaxShmRegions <= 65536, "slots are 16-bit");
@@ -81,8 +81,9 @@ static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free,
               "shm atomics rely on lock-free 8-byte atomics across processes");
 
-// A client's checks of a hello, split where it must map the memfds between
-// them (stateless; the client wraps the message with the socket's path).
+// A client's checks of a hello, split where it must map the memory files
+// between them (stateless; the client wraps the message with the socket's
+// path).
 //
 // The fixed part, against the message (`bytes`) and the `fds_received`:
 // magic and version, counts within the limits, the message exactly as long

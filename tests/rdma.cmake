@@ -38,6 +38,7 @@ meshpool_test(rdma_uc_test
 # binary as a second client or a node that gets killed.
 meshpool_test(rdma_shm_test
   SOURCES rdma_shm_test.cc rdma_shm_forward_test.cc rdma_shm_process_test.cc
+          rdma_shm_socket_test.cc
   LIBS meshpool_rdma)
 meshpool_test(rdma_device_matrix_test
   SOURCES rdma_device_matrix_test.cc

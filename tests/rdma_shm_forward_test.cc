@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "common/posix.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
+#include "rdma/shm_socket.h"
 #include "rdma/shm_wire.h"
 #include "rdma/tcp.h"
 #include "tests/shm_test_util.h"
@@ -204,7 +206,7 @@ class FakeNode {
       : path_(absl::StrCat("/tmp/meshpool-shm-fake-", ::getpid(), "-",
                            counter_++, ".sock")) {
     ::unlink(path_.c_str());
-    fd_ = SocketCloexec(AF_UNIX, SOCK_SEQPACKET, 0);
+    fd_ = SocketCloexec(AF_UNIX, internal::kShmSocketType, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strcpy(addr.sun_path, path_.c_str());
@@ -217,32 +219,26 @@ class FakeNode {
   }
   std::string address() const { return "shm://" + path_; }
 
-  // Connects a client while sending it `message` with `fds`; returns what
-  // its Connect returned.
+  // Connects a client while sending it `message` with `fds`, framed with
+  // its length or with `frame_length` where given, then hanging up;
+  // returns what its Connect returned.
   absl::Status ConnectWithHello(const std::string& message,
-                                const std::vector<int>& fds) {
+                                const std::vector<int>& fds,
+                                std::optional<uint32_t> frame_length = {}) {
     auto client = MustCreate({});
     auto result = std::async(std::launch::async, [&] {
       return client->Connect(address(), nullptr).status();
     });
     const int c = ::accept(fd_, nullptr, nullptr);
     EXPECT_GE(c, 0);
-    iovec iov{const_cast<char*>(message.data()), message.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (!fds.empty()) {
-      msg.msg_control = control;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-      cmsg->cmsg_level = SOL_SOCKET;
-      cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
-    }
-    EXPECT_EQ(::sendmsg(c, &msg, MSG_NOSIGNAL),
-              static_cast<ssize_t>(message.size()));
+    const internal::ShmFrame frame{
+        frame_length.value_or(static_cast<uint32_t>(message.size()))};
+    const std::string framed =
+        std::string(reinterpret_cast<const char*>(&frame), sizeof(frame)) +
+        message;
+    EXPECT_EQ(SendRawWithFds(c, framed, fds),
+              static_cast<ssize_t>(framed.size()));
+    ::shutdown(c, SHUT_WR);
     absl::Status status = result.get();
     ::close(c);
     return status;
@@ -287,11 +283,11 @@ TEST(ShmHostileNode, MalformedHellosAreRefusedWithoutCrashing) {
     std::vector<int> fds;
   };
   const std::vector<Case> cases = {
-      {"region past its memfd",
+      {"region past its file",
        Hello(1, {past_end}),
        {control->fd(), pool->fd()}},
       {"export index", Hello(1, {bad_export}), {control->fd(), pool->fd()}},
-      {"unsealed memfd", Hello(1, {ok}), {control->fd(), unsealed->fd()}},
+      {"resizable file", Hello(1, {ok}), {control->fd(), unsealed->fd()}},
       {"missing fd", Hello(1, {ok}), {control->fd()}},
       {"wrong magic", wrong_magic, {control->fd(), pool->fd()}},
       {"short", "hello", {}},
@@ -302,6 +298,21 @@ TEST(ShmHostileNode, MalformedHellosAreRefusedWithoutCrashing) {
     EXPECT_EQ(fake.ConnectWithHello(c.hello, c.fds).code(),
               absl::StatusCode::kFailedPrecondition)
         << c.name;
+  }
+  {
+    FakeNode fake;  // a frame longer than any hello is refused unread
+    EXPECT_EQ(fake.ConnectWithHello(Hello(1, {ok}), {control->fd()},
+                                    internal::kShmHelloMaxBytes + 1)
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    FakeNode fake;  // one cut short by the node's hang-up: retry
+    const std::string hello = Hello(1, {ok});
+    EXPECT_EQ(fake.ConnectWithHello(hello, {control->fd(), pool->fd()},
+                                    static_cast<uint32_t>(hello.size() + 8))
+                  .code(),
+              absl::StatusCode::kUnavailable);
   }
   FakeNode fake;  // the well-formed one is accepted
   EXPECT_TRUE(

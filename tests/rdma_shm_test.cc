@@ -23,6 +23,7 @@
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
 #include "rdma/shm_mapping.h"
+#include "rdma/shm_socket.h"
 #include "rdma/shm_wire.h"
 #include "tests/shm_test_util.h"
 
@@ -199,7 +200,7 @@ TEST(ShmListen, ReplacesAStaleSocketButNotALiveOneOrAFile) {
       absl::StrCat("/tmp/meshpool-shm-test-", ::getpid(), ".sock");
   ::unlink(path.c_str());
   {  // a socket file whose node died: bound, never listening, closed
-    int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    int fd = ::socket(AF_UNIX, internal::kShmSocketType, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strcpy(addr.sun_path, path.c_str());

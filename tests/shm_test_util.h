@@ -6,8 +6,10 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -150,6 +152,27 @@ inline std::unique_ptr<Endpoint> MustConnect(Transport& client,
   auto ep = client.Connect(address, nullptr);
   EXPECT_TRUE(ep.ok()) << ep.status();
   return ep.ok() ? *std::move(ep) : nullptr;
+}
+
+// Sends `bytes` as they are (no frame) with `fds` attached, as a node of
+// some other make might; what sendmsg returned.
+inline ssize_t SendRawWithFds(int fd, const std::string& bytes,
+                              const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  }
+  return ::sendmsg(fd, &msg, MSG_NOSIGNAL);
 }
 
 }  // namespace meshpool::rdma::shm_testing
