@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/common.h"
+#include "common/process_info.h"
 
 namespace meshpool::bench {
 namespace {
@@ -27,22 +28,8 @@ double RusageSeconds() {
 }
 
 // CPU seconds (user + system) a process has used; 0 when it is gone.
-double ProcessCpuSeconds(pid_t pid) {
-  FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
-  if (f == nullptr) return 0;
-  char buf[1024] = {};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr || n == 0) return 0;
-  unsigned long utime = 0, stime = 0;
-  // After ")": state ppid pgrp session tty tpgid flags minflt cminflt majflt
-  // cmajflt utime stime.
-  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-                  &utime, &stime) != 2) {
-    return 0;
-  }
-  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+double ProcessCpuSecondsOrZero(pid_t pid) {
+  return ProcessCpuSeconds(pid).value_or(0);
 }
 
 }  // namespace
@@ -81,7 +68,7 @@ Phase Meter::Stop(std::string name, uint64_t bytes) const {
 
 double Meter::NodeCpu() const {
   double s = 0;
-  for (pid_t pid : nodes_) s += ProcessCpuSeconds(pid);
+  for (pid_t pid : nodes_) s += ProcessCpuSecondsOrZero(pid);
   return s;
 }
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -19,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/process_info.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "meshpool/client.h"
@@ -147,35 +147,16 @@ TEST(RaceTest, ConcurrentPutsAndGetsOfSameKeysNeverSeeTornOrForeignValues) {
 bool WaitUntilExited(pid_t pid, absl::Duration timeout = absl::Seconds(30)) {
   absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string line;
-    if (!std::getline(stat, line)) return true;
-    size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() &&
-        line[paren + 2] == 'Z') {
-      return true;
-    }
+    if (ProcessHasExited(pid)) return true;
     absl::SleepFor(absl::Milliseconds(10));
   }
   return false;
 }
 
-// CPU seconds `pid` has used (user and system), from /proc; -1 if gone.
+// CPU seconds `pid` has used (user and system); -1 if gone.
 double CpuSeconds(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return -1;
-  // Fields after the command's closing parenthesis; utime and stime are the
-  // 14th and 15th fields of the line, the 12th and 13th after it.
-  std::vector<std::string> fields =
-      absl::StrSplit(line.substr(line.rfind(')') + 2), ' ');
-  uint64_t utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
-      !absl::SimpleAtoi(fields[12], &stime)) {
-    return -1;
-  }
-  return static_cast<double>(utime + stime) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
+  absl::StatusOr<double> s = ProcessCpuSeconds(pid);
+  return s.ok() ? *s : -1;
 }
 
 double NodesCpuSeconds(const tools::LocalCluster& cluster) {

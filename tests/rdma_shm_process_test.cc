@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +21,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/memory_file.h"
+#include "common/posix.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
@@ -80,7 +81,8 @@ pid_t SpawnChild(const std::vector<std::string>& env, int report_fd) {
   std::vector<char*> envp;
   for (std::string& s : strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
+  std::string exe;
+  if (SelfExecutablePath(&exe) != 0) return -1;
   std::string filter = "--gtest_filter=ShmChild.Main";
   char* argv[] = {exe.data(), filter.data(), nullptr};
   posix_spawn_file_actions_t actions;
@@ -134,12 +136,11 @@ void ChildClient() {
 // MESHPOOL_SHM_PATH; reports "<addr> <rkey>" on descriptor 3 once
 // listening, then waits to be killed.
 void ChildNode() {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const int fd =
-      ::memfd_create("shm-child-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, kPoolBytes), 0);
-  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  DieWithParent();
+  absl::StatusOr<MemoryFile> file =
+      CreateMemoryFile("shm-child-pool", kPoolBytes, MemoryFilePages::kNormal);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const int fd = file->fd;
   void* p =
       ::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ASSERT_NE(p, MAP_FAILED);
@@ -188,15 +189,14 @@ TEST(ShmChild, Main) {
 
 // ---- the parent ----------------------------------------------------------
 
-// A sealed memfd of kPoolBytes mapped shared (pool null on failure),
+// A memory file of kPoolBytes mapped shared (pool null on failure),
 // unmapped and closed on destruction.
 struct ParentPool {
-  explicit ParentPool(const char* name)
-      : fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)) {
-    if (fd < 0 || ::ftruncate(fd, kPoolBytes) != 0 ||
-        ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return;
-    }
+  explicit ParentPool(const char* name) {
+    absl::StatusOr<MemoryFile> file =
+        CreateMemoryFile(name, kPoolBytes, MemoryFilePages::kNormal);
+    if (!file.ok()) return;
+    fd = file->fd;
     void* p =
         ::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) pool = static_cast<uint8_t*>(p);
@@ -208,7 +208,7 @@ struct ParentPool {
   ParentPool(const ParentPool&) = delete;
   ParentPool& operator=(const ParentPool&) = delete;
 
-  int fd;
+  int fd = -1;
   uint8_t* pool = nullptr;
 };
 
@@ -334,7 +334,7 @@ TEST(ShmProcess, KilledNodeMakesTheEndpointUnavailableWithinTheBound) {
   const std::string path =
       absl::StrCat("/tmp/meshpool-shm-child-", ::getpid(), ".sock");
   int pipe_fds[2];
-  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  ASSERT_EQ(PipeCloexec(pipe_fds), 0);
   // Above 3, so dup2 onto 3 in the child really clears close-on-exec.
   const int report_fd = ::fcntl(pipe_fds[1], F_DUPFD_CLOEXEC, 10);
   ::close(pipe_fds[1]);

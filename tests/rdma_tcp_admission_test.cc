@@ -8,7 +8,6 @@
 // admitted it for.
 //
 // Other loopback addresses (127.0.0.2, ...) stand in for other hosts.
-#include <dirent.h>
 
 #include <algorithm>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process_info.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma.h"
 #include "rdma/tcp.h"
@@ -38,12 +38,9 @@ constexpr size_t kHoarded = 600;  // more than the old responder's 512 cap
 
 // The threads of this process.
 size_t ThreadCount() {
-  size_t n = 0;
-  DIR* dir = ::opendir("/proc/self/task");
-  if (dir == nullptr) return 0;
-  while (dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
-  ::closedir(dir);
-  return n;
+  absl::StatusOr<size_t> n = SelfThreadCount();
+  EXPECT_TRUE(n.ok()) << n.status();
+  return n.value_or(0);
 }
 
 // A node transport serving one region of known bytes, and a client.

@@ -23,7 +23,7 @@
 #include "rdma/uc.h"
 #include "tests/test_seed.h"
 #include "tests/verbs_test_util.h"
-#include "tests/verbs_vm_util.h"
+#include "tests/verbs_vm_util_linux.h"
 
 namespace meshpool::rdma {
 namespace {

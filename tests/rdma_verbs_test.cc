@@ -22,7 +22,7 @@
 #include "rdma/rdma.h"
 #include "rdma/verbs.h"
 #include "tests/verbs_test_util.h"
-#include "tests/verbs_vm_util.h"
+#include "tests/verbs_vm_util_linux.h"
 
 namespace meshpool::rdma {
 namespace {

@@ -47,16 +47,8 @@ PATTERN = re.compile("|".join(LINUX_ONLY))
 # Written before this check; the macOS port splits them (and takes them off
 # this list). Keep it sorted.
 NOT_YET_SPLIT = {
-    "bench/kv_compare.cc",
-    "bench/weights_bench_util.cc",
-    "tests/integration_fault_test.cc",
-    "tests/integration_kv_test.cc",
-    "tests/rdma_shm_process_test.cc",
-    "tests/rdma_shm_test.cc",
-    "tests/rdma_tcp_admission_test.cc",
     "tests/store_pool_test.cc",
     "tests/tools_doctor_test.cc",
-    "tests/verbs_vm_util.h",
 }
 
 IF_LINUX = re.compile(r"^\s*#\s*(ifdef\s+__linux__|if\s+defined\(__linux__\))")

@@ -3,8 +3,8 @@
 // network device behind its GID, and taking that network device down.
 //
 // Thread-safety: none of this is; call it from the test's thread.
-#ifndef MESHPOOL_TESTS_VERBS_VM_UTIL_H_
-#define MESHPOOL_TESTS_VERBS_VM_UTIL_H_
+#ifndef MESHPOOL_TESTS_VERBS_VM_UTIL_LINUX_H_
+#define MESHPOOL_TESTS_VERBS_VM_UTIL_LINUX_H_
 
 #include <cstdlib>
 #include <fstream>
@@ -208,4 +208,4 @@ class DownedLink {
 
 }  // namespace meshpool::testing
 
-#endif  // MESHPOOL_TESTS_VERBS_VM_UTIL_H_
+#endif  // MESHPOOL_TESTS_VERBS_VM_UTIL_LINUX_H_
