@@ -35,20 +35,6 @@ constexpr int kHugeTlbMapFlag = MAP_HUGETLB;
 constexpr char kShmemThpPath[] =
     "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 
-}  // namespace
-
-PageKind Pool::AdviseHugePages(char* p, uint64_t bytes, bool shared) {
-  if (::madvise(p, bytes, MADV_HUGEPAGE) != 0) return PageKind::kNormal;
-  if (!shared) return PageKind::kTransparentHuge;
-  std::ifstream sysfs(kShmemThpPath);
-  std::stringstream text;
-  text << sysfs.rdbuf();
-  return ShmemHugePagesAllowed(text.str()) ? PageKind::kTransparentHuge
-                                           : PageKind::kNormal;
-}
-
-namespace {
-
 // Faults [p, p+bytes) in with one call; false with errno when the kernel
 // cannot (EINVAL: older than 5.14).
 bool PopulateByAdvice(char* p, uint64_t bytes) {
@@ -66,7 +52,17 @@ bool PopulateByAdvice(char*, uint64_t) {
 
 }  // namespace
 
-#ifndef __linux__
+#ifdef __linux__
+PageKind Pool::AdviseHugePages(char* p, uint64_t bytes, bool shared) {
+  if (::madvise(p, bytes, MADV_HUGEPAGE) != 0) return PageKind::kNormal;
+  if (!shared) return PageKind::kTransparentHuge;
+  std::ifstream sysfs(kShmemThpPath);
+  std::stringstream text;
+  text << sysfs.rdbuf();
+  return ShmemHugePagesAllowed(text.str()) ? PageKind::kTransparentHuge
+                                           : PageKind::kNormal;
+}
+#else
 PageKind Pool::AdviseHugePages(char*, uint64_t, bool) {
   return PageKind::kNormal;
 }
