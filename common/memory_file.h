@@ -6,7 +6,7 @@
 //  * Linux (memory_file_linux.cc): a memfd sealed against shrinking,
 //    growing and further seals; 2 MiB hugetlb memfds on request.
 //  * Elsewhere (memory_file_posix.cc, for macOS): a POSIX shared memory
-//    object under a random name, unlinked as soon as it is open (a crash
+//    object under a random name, unlinked as soon as it is sized (a crash
 //    leaves nothing behind). It relies on macOS fixing such an object's size
 //    at its first ftruncate; no Mac was available to check that here, so
 //    Create checks it on every call and fails, naming the assumption, on a

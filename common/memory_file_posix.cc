@@ -1,9 +1,9 @@
 // Memory files from POSIX shared memory objects (memory_file.h): what
 // CreateMemoryFile is off Linux, built everywhere so that Linux tests run
-// it. The object gets a random name, is opened (and, for a read-only view,
-// opened again O_RDONLY) and unlinked at once, then sized. Its size must
-// then be fixed: macOS refuses a second ftruncate of a shared memory object
-// (EINVAL), which is what the probe below relies on and checks.
+// it. The object gets a random name, is sized, opened again O_RDONLY for a
+// read-only view, and unlinked, all at once. Its size must then be fixed:
+// macOS refuses a second ftruncate of a shared memory object (EINVAL),
+// which is what the probe below relies on and checks.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -75,19 +75,19 @@ absl::StatusOr<MemoryFile> CreatePosixMemoryFile(absl::string_view name,
         "shm_open: ", kNameAttempts,
         " random names were all taken; is something creating /mp-* objects?"));
   }
-  if (read_only_too) file.read_only_fd = OpenCloexec(path, O_RDONLY);
-  const int open_errno = errno;
-  ::shm_unlink(path.c_str());
-  if (read_only_too && file.read_only_fd < 0) {
-    CloseIfOpen(file.fd);
-    return ErrnoToStatus(open_errno,
-                         absl::StrCat("shm_open ", path, " read-only"));
-  }
+  // Sized (and opened read-only) while it still has its name, then
+  // unlinked whatever happened: nothing is left behind.
   absl::Status status;
   if (::ftruncate(file.fd, static_cast<off_t>(bytes)) != 0) {
     status = ErrnoToStatus(
         errno, absl::StrCat("sizing ", FormatSize(bytes), " of shared memory"));
-  } else {
+  } else if (read_only_too &&
+             (file.read_only_fd = OpenCloexec(path, O_RDONLY)) < 0) {
+    status =
+        ErrnoToStatus(errno, absl::StrCat("shm_open ", path, " read-only"));
+  }
+  ::shm_unlink(path.c_str());
+  if (status.ok()) {
     status = CheckPosixMemoryFileFixed(file.fd, "a new shared memory object");
   }
   if (!status.ok()) {
