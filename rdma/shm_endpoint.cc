@@ -76,9 +76,7 @@ absl::StatusOr<ShmMessage> ReceiveHello(int fd, const std::string& path) {
   }
   if (!hello.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the region table from ", path,
-        " is larger than this "
-        "build accepts (",
+        "the region table from ", path, " is larger than this build accepts (",
         hello.status().message(), "); is the node another meshpool version?"));
   }
   ShmRefusal refusal{};
