@@ -5,7 +5,8 @@
 # line in its host's namespace instead of over ssh. Checks: --dry-run names
 # every host; the cluster runs TLS with a certificate per host; links
 # naming devices a host lacks are refused before anything
-# starts; a coordinator that cannot start fails the launch at once; the real launch brings up a coordinator and three nodes that
+# starts; --discover-links finds no cable where no host has an RDMA device
+# and starts nothing; a coordinator that cannot start fails the launch at once; the real launch brings up a coordinator and three nodes that
 # register from their namespaces' addresses; a 1 MiB value put from one
 # host reads back byte for byte on another; every line of output is marked
 # with its host; SIGINT stops everything, leaving no process in any
@@ -81,6 +82,22 @@ grep -q "host a has no RDMA device rdma_en2 (its link to b" "$tmp/mesh.txt" \
 for h in a b; do
   [ "$(ip netns pids "$tag-$h" | wc -l)" = 0 ] \
     || { echo "FAIL: the refused launch left processes on $h" >&2; exit 1; }
+done
+
+# --discover-links asks every host (doctor in its namespace) for RDMA
+# devices with an address on a cable's subnet. The namespaces have none,
+# so it finds no cable, says what to do, and starts nothing. (Cables found
+# for real: tests/launch_discover_vm_test.sh, in the Soft-RoCE VM.)
+rc=0
+"$meshpool" launch "${args[@]}" --insecure --discover-links \
+  > "$tmp/discover.txt" 2>&1 || rc=$?
+grep -q "no cable found: no two hosts reported RDMA devices" "$tmp/discover.txt" \
+  && grep -q "b reported no RDMA device with an active port and an IPv4 address" "$tmp/discover.txt" \
+  && [ "$rc" = 1 ] \
+  || { cat "$tmp/discover.txt"; echo "FAIL: discovery without devices gave rc $rc" >&2; exit 1; }
+for h in "${hosts[@]}"; do
+  [ "$(ip netns pids "$tag-$h" | wc -l)" = 0 ] \
+    || { echo "FAIL: the discovery left processes on $h" >&2; exit 1; }
 done
 
 # A coordinator that cannot start fails the launch at once, saying so.

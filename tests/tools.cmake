@@ -1,11 +1,18 @@
-# tools/: `meshpool doctor` (Diagnose and formatting on fabricated facts, and
-# the real binary on this host), plus its `verbs` check on a real device.
+# tools/: `meshpool doctor` (Diagnose and formatting on fabricated facts;
+# on Linux the kernel's part and the real binary on this host), plus its
+# `verbs` check on a real device.
 meshpool_test(tools_doctor_test
   SOURCES tools_doctor_test.cc
   LIBS meshpool_tools)
-target_compile_definitions(tools_doctor_test PRIVATE
-  MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
-add_dependencies(tools_doctor_test meshpool)
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  # ... the Linux kernel's part, and the real binary on this Linux host.
+  meshpool_test(tools_doctor_linux_test
+    SOURCES tools_doctor_test_linux.cc
+    LIBS meshpool_tools)
+  target_compile_definitions(tools_doctor_linux_test PRIVATE
+    MESHPOOL_BINARY="$<TARGET_FILE:meshpool>")
+  add_dependencies(tools_doctor_linux_test meshpool)
+endif()
 # ... on macOS, without a Mac: recorded outputs of Apple's tools
 # (tests/data/macos) through the parsers, Diagnose and the real binary.
 meshpool_test(tools_doctor_mac_test
@@ -33,6 +40,10 @@ meshpool_test(tools_flags_test
 # `meshpool launch`: the hostfile, device matrix and planned commands.
 meshpool_test(tools_launch_test
   SOURCES tools_launch_test.cc
+  LIBS meshpool_tools meshpool_rdma)
+# `meshpool launch --discover-links`: cables found from the hosts' reports.
+meshpool_test(tools_launch_links_test
+  SOURCES tools_launch_links_test.cc
   LIBS meshpool_tools meshpool_rdma)
 # ... and a real launch across network namespaces standing in for hosts
 # (needs root and iproute2; skips loudly, exit 77, without them).

@@ -31,3 +31,12 @@ add_test(NAME UcBenchSmokeInVm
 set_tests_properties(UcBenchSmokeInVm PROPERTIES
                      LABELS vm RUN_SERIAL TRUE TIMEOUT 600
                      DEPENDS VmSmokeRxeDeviceIsActive)
+
+# `meshpool launch --discover-links` finds the cables between three network
+# namespaces, each cable a veth pair with an rxe device at both ends.
+add_test(NAME LaunchDiscoversCablesInVm
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/launch_discover_vm_test.sh
+                 $<TARGET_FILE:meshpool>)
+set_tests_properties(LaunchDiscoversCablesInVm PROPERTIES
+                     LABELS vm RUN_SERIAL TRUE TIMEOUT 600
+                     DEPENDS VmSmokeRxeDeviceIsActive)

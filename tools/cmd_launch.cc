@@ -11,6 +11,19 @@
 #include "tools/transport_flags.h"
 
 namespace meshpool::tools {
+namespace {
+
+// Asks every host of `plan` (its checks) and finds the links.
+absl::StatusOr<DiscoveredLinks> DiscoverHostLinks(const LaunchPlan& plan) {
+  std::fprintf(stderr, "meshpool launch: asking %zu hosts for their devices\n",
+               plan.checks.size());
+  absl::StatusOr<std::map<std::string, std::string>> reports =
+      AskHosts(plan.checks);
+  if (!reports.ok()) return reports.status();
+  return DiscoverLinks(plan.hostfile, *reports);
+}
+
+}  // namespace
 
 int RunLaunch(int argc, char** argv) {
   Flags flags(
@@ -40,6 +53,11 @@ int RunLaunch(int argc, char** argv) {
   flags.DefineBool("skip-link-check",
                    "do not ask each host (`meshpool doctor --json`) whether "
                    "the devices its links name are there and up");
+  flags.DefineBool("discover-links",
+                   "find which device reaches which host from every host's "
+                   "`meshpool doctor --json` (each cable on a subnet of its "
+                   "own) instead of the hostfile's \"links\"; with "
+                   "--dry-run it asks the hosts too");
   flags.Define("start-timeout", "30s",
                "how long the coordinator may take to start");
   DefineTransportFlags(flags, /*with_transport=*/true);
@@ -68,10 +86,31 @@ int RunLaunch(int argc, char** argv) {
   options.tls_dir = flags.Get("tls-dir");
   options.insecure = flags.GetBool("insecure");
   options.skip_link_check = flags.GetBool("skip-link-check");
+  options.discover_links = flags.GetBool("discover-links");
   options.node_args = TransportArgs(flags);
   absl::StatusOr<LaunchPlan> plan = PlanLaunch(*hostfile, options);
   if (!plan.ok()) return Fail("launch", plan.status());
-  if (flags.GetBool("dry-run")) {
+  const bool dry_run = flags.GetBool("dry-run");
+  if (options.discover_links) {
+    // Doctor only reads each host (and registers a small pool briefly), so
+    // a dry run asks too: it shows the links a launch would use.
+    absl::StatusOr<DiscoveredLinks> links = DiscoverHostLinks(*plan);
+    if (!links.ok()) return Fail("launch", links.status());
+    std::FILE* log = dry_run ? stdout : stderr;
+    for (const std::string& note : links->notes) {
+      std::fprintf(log, "%smeshpool launch: note: %s\n", dry_run ? "# " : "",
+                   note.c_str());
+    }
+    for (const std::string& cable : links->found) {
+      std::fprintf(log, "%smeshpool launch: link %s\n", dry_run ? "# " : "",
+                   cable.c_str());
+    }
+    options.discover_links = false;
+    options.skip_link_check = true;  // found on devices that are up
+    plan = PlanLaunch(links->hostfile, options);
+    if (!plan.ok()) return Fail("launch", plan.status());
+  }
+  if (dry_run) {
     std::fputs(DescribePlan(*plan).c_str(), stdout);
     return 0;
   }

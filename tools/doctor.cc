@@ -354,4 +354,23 @@ bool IsIpv4MappedGid(absl::string_view gid) {
   return std::equal(kPrefix, kPrefix + 12, addr.s6_addr);
 }
 
+std::string Ipv4OfGid(absl::string_view gid) {
+  if (!IsIpv4MappedGid(gid)) return "";
+  in6_addr addr{};
+  inet_pton(AF_INET6, std::string(gid).c_str(), &addr);
+  char text[INET_ADDRSTRLEN] = {};
+  if (inet_ntop(AF_INET, addr.s6_addr + 12, text, sizeof(text)) == nullptr) {
+    return "";
+  }
+  return text;
+}
+
+int Ipv4PrefixLength(uint32_t netmask_network_order) {
+  const uint32_t mask = ntohl(netmask_network_order);
+  int ones = 0;
+  while (ones < 32 && (mask & (uint32_t{1} << (31 - ones))) != 0) ++ones;
+  const uint32_t contiguous = ones == 0 ? 0 : ~uint32_t{0} << (32 - ones);
+  return mask == contiguous ? ones : -1;
+}
+
 }  // namespace meshpool::tools

@@ -148,6 +148,16 @@ struct MacFacts {
   uint64_t wired_limit_mb = 0;
 };
 
+// One IPv4 address of a network interface (getifaddrs), with its prefix:
+// what ties an RDMA device (through its IPv4-mapped GID) to the subnet of
+// its cable, so `meshpool launch --discover-links` can tell which cable
+// joins which hosts.
+struct InterfaceAddress {
+  std::string interface;  // "en2"
+  std::string address;    // "10.0.12.1"
+  int prefix = 0;         // 30 for netmask 255.255.255.252
+};
+
 struct HostFacts {
   // ListRdmaDevices: OK with possibly no devices, or why libibverbs failed.
   bool list_ok = true;
@@ -158,6 +168,9 @@ struct HostFacts {
   KernelFacts kernel;
   std::vector<RegistrationFacts> registrations;  // usable devices only
   MacFacts mac;                                  // under --platform macos
+  // This host's IPv4 addresses; addresses_error says why they are unknown.
+  std::string addresses_error;
+  std::vector<InterfaceAddress> addresses;
 };
 
 enum class Severity { kInfo, kWarning, kError };
@@ -250,6 +263,12 @@ std::string ParseTransparentHugePages(absl::string_view enabled);
 bool HasIpcLockCapability(absl::string_view proc_status);
 // Whether `gid` (as ListRdmaDevices formats it) is an IPv4-mapped address.
 bool IsIpv4MappedGid(absl::string_view gid);
+// The IPv4 address an IPv4-mapped GID holds ("::ffff:10.0.12.1" ->
+// "10.0.12.1"); empty when `gid` is not one.
+std::string Ipv4OfGid(absl::string_view gid);
+// The prefix length of an IPv4 netmask in network byte order (255.255.255.252
+// -> 30); -1 when its ones are not contiguous.
+int Ipv4PrefixLength(uint32_t netmask_network_order);
 // `rdma_ctl status` output: "enabled" or "disabled" (any case, whitespace
 // around); kUnknown for anything else.
 RdmaCtlState ParseRdmaCtlStatus(absl::string_view output);

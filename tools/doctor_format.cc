@@ -105,6 +105,20 @@ void AppendRegistrations(std::string& out, const HostFacts& facts,
   }
 }
 
+// This host's IPv4 addresses, one line: which subnet each cable is on.
+void AppendAddresses(std::string& out, const HostFacts& facts) {
+  std::vector<std::string> items;
+  for (const InterfaceAddress& a : facts.addresses) {
+    items.push_back(absl::StrCat(a.interface, " ", a.address, "/", a.prefix));
+  }
+  absl::StrAppend(&out, "IPv4 addresses: ",
+                  !facts.addresses_error.empty()
+                      ? absl::StrCat("unknown (", facts.addresses_error, ")")
+                  : items.empty() ? "none"
+                                  : absl::StrJoin(items, ", "),
+                  "\n");
+}
+
 // The findings, then the verdict last.
 void AppendFindings(std::string& out, const DoctorReport& report) {
   absl::StrAppend(&out, "findings:", report.findings.empty() ? " none" : "",
@@ -222,6 +236,7 @@ std::string FormatText(const HostFacts& facts, const DoctorReport& report,
       AppendDevice(out, device);
     }
   }
+  AppendAddresses(out, facts);
   if (facts.mac.gathered) {
     AppendMac(out, facts.mac);
     AppendRegistrations(out, facts, options);
@@ -267,9 +282,14 @@ std::string FormatText(const HostFacts& facts, const DoctorReport& report,
 
 std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
                        const DoctorOptions& options) {
-  std::vector<std::string> devices, registrations, findings;
+  std::vector<std::string> devices, registrations, findings, addresses;
   for (const rdma::RdmaDeviceInfo& device : facts.devices) {
     devices.push_back(DeviceJson(device));
+  }
+  for (const InterfaceAddress& a : facts.addresses) {
+    addresses.push_back(absl::StrCat("{\"interface\": ", JsonQuote(a.interface),
+                                     ", \"address\": ", JsonQuote(a.address),
+                                     ", \"prefix\": ", a.prefix, "}"));
   }
   for (const RegistrationFacts& reg : facts.registrations) {
     registrations.push_back(absl::StrCat(
@@ -293,6 +313,8 @@ std::string FormatJson(const HostFacts& facts, const DoctorReport& report,
       ",\n  \"list_ok\": ", Bool(facts.list_ok),
       ",\n  \"list_error\": ", JsonQuote(facts.list_error),
       ",\n  \"devices\": [", absl::StrJoin(devices, ",\n    "), "]",
+      ",\n  \"addresses\": [", absl::StrJoin(addresses, ", "), "]",
+      ",\n  \"addresses_error\": ", JsonQuote(facts.addresses_error),
       ",\n  \"memlock\": {\"known\": ", Bool(memlock.known),
       ", \"soft\": ", Limit(memlock.soft), ", \"hard\": ", Limit(memlock.hard),
       ", \"ipc_lock\": ", Bool(memlock.ipc_lock), "}",

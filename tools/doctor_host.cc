@@ -2,6 +2,12 @@
 // pool registered on each device here; the kernel's facts in
 // doctor_host_linux.cc, a Mac's in doctor_mac_host.cc). Kept apart from
 // Diagnose so tests of the judgement need neither libibverbs nor a device.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -9,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/common.h"
 #include "rdma/devices.h"
 #include "rdma/rdma.h"
 #include "rdma/verbs.h"
@@ -85,6 +92,30 @@ std::vector<RegistrationFacts> GatherRegistrations(
   return results;
 }
 
+// This host's IPv4 interface addresses, in getifaddrs' order.
+absl::StatusOr<std::vector<InterfaceAddress>> InterfaceAddresses() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return ErrnoToStatus(errno, "getifaddrs");
+  std::vector<InterfaceAddress> out;
+  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_netmask == nullptr ||
+        a->ifa_addr->sa_family != AF_INET) {
+      continue;
+    }
+    const auto* address = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    const auto* mask = reinterpret_cast<const sockaddr_in*>(a->ifa_netmask);
+    char text[INET_ADDRSTRLEN] = {};
+    if (inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text)) == nullptr) {
+      continue;
+    }
+    const int prefix = Ipv4PrefixLength(mask->sin_addr.s_addr);
+    if (prefix < 0) continue;  // not a subnet: no cable can be told from it
+    out.push_back({a->ifa_name, text, prefix});
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
 }  // namespace
 
 HostFacts GatherHostFacts(const DoctorOptions& options) {
@@ -107,6 +138,13 @@ HostFacts GatherHostFacts(const DoctorOptions& options) {
 #endif
   }
   facts.registrations = GatherRegistrations(facts.devices, options);
+  absl::StatusOr<std::vector<InterfaceAddress>> addresses =
+      InterfaceAddresses();
+  if (addresses.ok()) {
+    facts.addresses = *std::move(addresses);
+  } else {
+    facts.addresses_error = addresses.status().ToString();
+  }
   return facts;
 }
 

@@ -212,29 +212,39 @@ std::vector<std::pair<std::string, std::string>> MissingLinks(
   return missing;
 }
 
-absl::Status CheckReportedDevices(const LaunchHost& host,
-                                  absl::string_view doctor_json) {
+absl::StatusOr<JsonValue> ParseDoctorReport(const LaunchHost& host,
+                                            absl::string_view doctor_output) {
   auto unreadable = [&](absl::string_view why) {
     return absl::FailedPreconditionError(
         absl::StrCat("host ", host.name,
                      ": `meshpool doctor --json` there printed no "
                      "usable report (",
-                     why, "); run it on ", host.name,
-                     " to see why, or pass --skip-link-check"));
+                     why, "); run it on ", host.name, " to see why"));
   };
-  const size_t open = doctor_json.find('{');
-  const size_t close = doctor_json.rfind('}');
+  const size_t open = doctor_output.find('{');
+  const size_t close = doctor_output.rfind('}');
   if (open == absl::string_view::npos || close == absl::string_view::npos ||
       close < open) {
     return unreadable("no JSON object");
   }
   absl::StatusOr<JsonValue> doc =
-      ParseJson(doctor_json.substr(open, close - open + 1));
+      ParseJson(doctor_output.substr(open, close - open + 1));
   if (!doc.ok()) return unreadable(doc.status().message());
   const JsonValue* devices = doc->Find("devices");
   if (devices == nullptr || !devices->is_array()) {
     return unreadable("no \"devices\" list");
   }
+  return doc;
+}
+
+absl::Status CheckReportedDevices(const LaunchHost& host,
+                                  absl::string_view doctor_json) {
+  absl::StatusOr<JsonValue> doc = ParseDoctorReport(host, doctor_json);
+  if (!doc.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(doc.status().message(), ", or pass --skip-link-check"));
+  }
+  const JsonValue* devices = doc->Find("devices");
   std::map<std::string, bool> active;  // device -> any port active
   for (const JsonValue& d : devices->elements()) {
     const JsonValue* name = d.Find("name");

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/json.h"
 
 namespace meshpool::tools {
 
@@ -79,11 +80,17 @@ std::vector<std::pair<std::string, std::string>> MissingLinks(
 std::vector<std::string> LinkProblems(
     const LaunchHost& host, const std::map<std::string, bool>& devices);
 
+// The JSON object of what `meshpool doctor --json` printed on `host` (text
+// around it, such as ssh's banner, is ignored). FailedPrecondition naming
+// the host when there is none or it does not parse, or lacks "devices".
+absl::StatusOr<JsonValue> ParseDoctorReport(const LaunchHost& host,
+                                            absl::string_view doctor_output);
+
 // Checks `host`'s links against the devices it reports: `doctor_json` is
-// what `meshpool doctor --json` printed there (text around the JSON object
-// is ignored). OK when every device its links name is present with an
-// active port. FailedPrecondition with the first of LinkProblems, or
-// when the report cannot be read.
+// what `meshpool doctor --json` printed there (ParseDoctorReport). OK when
+// every device its links name is present with an active port.
+// FailedPrecondition with the first of LinkProblems, or when the report cannot
+// be read.
 absl::Status CheckReportedDevices(const LaunchHost& host,
                                   absl::string_view doctor_json);
 

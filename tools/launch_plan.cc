@@ -103,6 +103,16 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
           "launch writes ", a, " from the hostfile's links; leave it out"));
     }
   }
+  if (options.discover_links && !DeviceMatrixText(hostfile).empty()) {
+    return absl::InvalidArgumentError(
+        "the hostfile lists \"links\" and --discover-links finds them from "
+        "the hosts' reports: remove the links or leave out --discover-links");
+  }
+  if (options.discover_links && options.skip_link_check) {
+    return absl::InvalidArgumentError(
+        "--discover-links asks every host for its devices, which "
+        "--skip-link-check leaves out: give one or the other");
+  }
   std::vector<std::string> security;
   if (options.insecure) {
     security = {"--insecure"};
@@ -111,6 +121,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
   }
   LaunchPlan plan;
   plan.hostfile = hostfile;
+  plan.discover_links = options.discover_links;
   const LaunchHost& chost = hostfile.hosts[hostfile.coordinator];
   plan.coordinator_address =
       absl::StrCat(chost.address, ":", hostfile.coordinator_port);
@@ -141,7 +152,8 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
                                      "--advertise",
                                      host.address};
     node.insert(node.end(), options.node_args.begin(), options.node_args.end());
-    if (!matrix.empty() && !options.skip_link_check) {
+    if ((!matrix.empty() && !options.skip_link_check) ||
+        options.discover_links) {
       plan.checks.push_back(Command(
           exec, host, "check",
           {options.binary, "doctor", "--json", "--pool-size", "16MiB"}));
@@ -166,6 +178,11 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
 std::string DescribePlan(const LaunchPlan& plan) {
   std::string out =
       absl::StrCat("# clients: --coordinator ", plan.coordinator_address, "\n");
+  if (plan.discover_links) {
+    absl::StrAppend(&out,
+                    "# links: found from the hosts' doctor reports (the "
+                    "check lines) before anything starts\n");
+  }
   for (const auto& [a, b] : plan.missing_links) {
     absl::StrAppend(&out, "# warning: no link between ", a, " and ", b,
                     " (the mesh is not full: their traffic cannot use RDMA)\n");

@@ -211,6 +211,32 @@ void StopAll(std::vector<std::unique_ptr<Child>>& children) {
 
 }  // namespace
 
+absl::StatusOr<std::map<std::string, std::string>> AskHosts(
+    const std::vector<LaunchCommand>& checks) {
+  // All at once: doctor registers a pool on each device (a few seconds).
+  Output out;
+  std::vector<std::unique_ptr<Child>> children;
+  absl::Status started;
+  for (const LaunchCommand& c : checks) {
+    absl::StatusOr<std::unique_ptr<Child>> child = Start(c, out);
+    if (!child.ok()) {
+      started = child.status();
+      break;
+    }
+    children.push_back(*std::move(child));
+  }
+  for (std::unique_ptr<Child>& c : children) {
+    int status = 0;
+    ::waitpid(c->pid, &status, 0);
+    c->pid = -1;
+    Finish(*c);
+  }
+  MESHPOOL_RETURN_IF_ERROR(started);
+  std::map<std::string, std::string> reports;
+  for (const LaunchCommand& c : checks) reports[c.host] = out.Captured(c.host);
+  return reports;
+}
+
 absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
                                           absl::Duration start_timeout) {
   // A child that exits before taking its input must not kill us.
@@ -221,29 +247,13 @@ absl::StatusOr<std::string> RunLaunchPlan(const LaunchPlan& plan,
     StopAll(children);
     return s;
   };
-  // Every host's devices first, all at once (doctor registers a pool on
-  // each device: a few seconds), then each report against its links.
-  std::vector<std::unique_ptr<Child>> checks;
-  absl::Status started;
-  for (const LaunchCommand& c : plan.checks) {
-    absl::StatusOr<std::unique_ptr<Child>> check = Start(c, out);
-    if (!check.ok()) {
-      started = check.status();
-      break;
+  // Every host's devices first, then each report against its links.
+  if (!plan.checks.empty()) {
+    MESHPOOL_ASSIGN_OR_RETURN(auto reports, AskHosts(plan.checks));
+    for (const LaunchHost& host : plan.hostfile.hosts) {
+      if (host.links.empty()) continue;
+      MESHPOOL_RETURN_IF_ERROR(CheckReportedDevices(host, reports[host.name]));
     }
-    checks.push_back(*std::move(check));
-  }
-  for (std::unique_ptr<Child>& c : checks) {
-    int status = 0;
-    ::waitpid(c->pid, &status, 0);
-    c->pid = -1;
-    Finish(*c);
-  }
-  MESHPOOL_RETURN_IF_ERROR(started);
-  for (const LaunchHost& host : plan.hostfile.hosts) {
-    if (host.links.empty() || plan.checks.empty()) continue;
-    MESHPOOL_RETURN_IF_ERROR(
-        CheckReportedDevices(host, out.Captured(host.name)));
   }
   for (const LaunchCommand& c : plan.setup) {
     MESHPOOL_ASSIGN_OR_RETURN(std::unique_ptr<Child> child, Start(c, out));
