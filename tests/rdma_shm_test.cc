@@ -24,6 +24,7 @@
 #include "rdma/rdma.h"
 #include "rdma/shm.h"
 #include "rdma/shm_mapping.h"
+#include "rdma/shm_node.h"
 #include "rdma/shm_socket.h"
 #include "rdma/shm_wire.h"
 #include "tests/shm_test_util.h"
@@ -455,6 +456,41 @@ TEST(ShmControlPageTest, ClientsAreHandedAViewTheyCannotMapWritable) {
   std::memcpy(&magic, p, sizeof(magic));
   EXPECT_EQ(magic, internal::kShmControlMagic);
   ::munmap(p, internal::kShmControlBytes);
+}
+
+TEST(ShmControlPageTest, TheNodesHelloCarriesOnlyTheReadOnlyView) {
+  std::unique_ptr<SharedMemory> pool =
+      SharedMemory::Create("hello-pool", 1 << 20);
+  ASSERT_NE(pool, nullptr);
+  ShmExport e;
+  e.addr = pool->data();
+  e.length = pool->size();
+  e.fd = pool->fd();
+  auto state = internal::ShmNodeState::Create({e}, /*need_rkeys=*/false, 1);
+  ASSERT_TRUE(state.ok()) << state.status();
+  std::string message;
+  std::vector<int> fds;
+  (*state)->Hello(&message, &fds);
+  ASSERT_EQ(fds.size(), 2u);  // the control page, then the one export
+  // What a client receives first: the control page, readable only.
+  EXPECT_EQ(::mmap(nullptr, internal::kShmControlBytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fds[0], 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EACCES);
+  void* control = ::mmap(nullptr, internal::kShmControlBytes, PROT_READ,
+                         MAP_SHARED, fds[0], 0);
+  ASSERT_NE(control, MAP_FAILED);
+  uint64_t magic;
+  std::memcpy(&magic, control, sizeof(magic));
+  EXPECT_EQ(magic, internal::kShmControlMagic);
+  ::munmap(control, internal::kShmControlBytes);
+  // The export stays writable: clients' WRITEs land there.
+  void* data = ::mmap(nullptr, pool->size(), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      fds[1], 0);
+  ASSERT_NE(data, MAP_FAILED) << std::strerror(errno);
+  static_cast<char*>(data)[7] = 9;
+  EXPECT_EQ(pool->data()[7], 9);
+  ::munmap(data, pool->size());
 }
 
 }  // namespace
