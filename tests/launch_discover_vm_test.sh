@@ -19,6 +19,8 @@
 # The value therefore stays on c. Traffic across a real link with a
 # device per peer is the verbs suite's part (tools/vm/run.sh --rxe 2).
 set -euo pipefail
+# shellcheck source=tests/launch_test_util.sh
+source "$(dirname "$0")/launch_test_util.sh"
 meshpool="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ "${MESHPOOL_IN_VM:-}" != 1 ]; then
@@ -101,19 +103,7 @@ grep -q "# meshpool launch: link a rxe_ab <-> b rxe_ba (10.0.12.0/30)" "$tmp/ful
   --start-timeout 120s > "$tmp/launch.txt" 2>&1 &
 launch_pid=$!
 coord=10.213.0.1:7070
-alive=0
-for _ in $(seq 600); do
-  alive=$(ip netns exec c "$meshpool" stat --coordinator "$coord" 2> /dev/null \
-            | grep -c " alive " || true)
-  [ "$alive" = 3 ] && break
-  kill -0 "$launch_pid" 2> /dev/null || break
-  sleep 0.2
-done
-if [ "$alive" != 3 ]; then
-  cat "$tmp/launch.txt"
-  echo "FAIL: $alive of 3 nodes alive" >&2
-  exit 1
-fi
+TRIES=600 await_alive "$meshpool" c "$coord" 3 "$launch_pid" "$tmp/launch.txt"
 ip netns exec c "$meshpool" stat --coordinator "$coord" | tee "$tmp/stat.txt"
 [ "$(grep -c "verbs://" "$tmp/stat.txt")" = 3 ] \
   || { cat "$tmp/launch.txt"; echo "FAIL: not every node serves verbs" >&2; exit 1; }

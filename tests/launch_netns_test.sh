@@ -15,6 +15,8 @@
 # the bridge over TCP.) Needs root and iproute2: without them it says why and exits 77
 # (ctest: skipped).
 set -euo pipefail
+# shellcheck source=tests/launch_test_util.sh
+source "$(dirname "$0")/launch_test_util.sh"
 meshpool="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
   echo "SKIPPED: needs root and iproute2 to create network namespaces" >&2
@@ -116,19 +118,7 @@ export MESHPOOL_TLS_DIR="$tmp/tls"  # the client commands' certificates
 "$meshpool" launch "${args[@]}" --tls-dir "$tmp/tls" > "$tmp/launch.txt" 2>&1 &
 launch_pid=$!
 coord=10.213.0.1:7070
-alive=0
-for _ in $(seq 300); do
-  alive=$(in_host c "$meshpool" stat --coordinator "$coord" 2> /dev/null \
-            | grep -c " alive " || true)
-  [ "$alive" = 3 ] && break
-  kill -0 "$launch_pid" 2> /dev/null || break
-  sleep 0.2
-done
-if [ "$alive" != 3 ]; then
-  cat "$tmp/launch.txt"
-  echo "FAIL: $alive of 3 nodes alive" >&2
-  exit 1
-fi
+await_alive "$meshpool" "$tag-c" "$coord" 3 "$launch_pid" "$tmp/launch.txt"
 in_host c "$meshpool" stat --coordinator "$coord" > "$tmp/stat.txt"
 for i in 1 2 3; do
   grep -q "10.213.0.$i" "$tmp/stat.txt" \
