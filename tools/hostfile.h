@@ -15,8 +15,9 @@
 //   }
 //
 // "ssh" defaults to the name; "coordinator" to the first host, port 7070;
-// "links" may be left out on every host (one device or TCP) but not on
-// some. Unknown keys are errors, so a misspelt one does not pass unseen.
+// "links" may be left out on every host (one device, TCP, or links that
+// `meshpool launch --discover-links` finds) but not on some. Unknown keys are
+// errors, so a misspelt one does not pass unseen.
 #ifndef MESHPOOL_TOOLS_HOSTFILE_H_
 #define MESHPOOL_TOOLS_HOSTFILE_H_
 

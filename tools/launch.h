@@ -10,6 +10,9 @@
 // host that needs one, starts the coordinator,
 // waits until it listens, starts the nodes, and then blocks until SIGINT
 // or SIGTERM (or until the coordinator exits), when it stops every child.
+// With --discover-links the hostfile lists no links: AskHosts gathers every
+// host's doctor report and the pure DiscoverLinks finds the cables
+// (launch_links.cc) before the plan is made again with them.
 // Not thread-safe (used from main only).
 #ifndef MESHPOOL_TOOLS_LAUNCH_H_
 #define MESHPOOL_TOOLS_LAUNCH_H_
@@ -66,10 +69,9 @@ struct LaunchPlan {
   std::string coordinator_address;  // HOST:PORT clients use
   // `meshpool doctor --json` on every host with links, run first; their
   // reports go through CheckReportedDevices. Empty with skip_link_check.
-  // With discover_links, on every host, for DiscoverLinks; then setup and
-  // nodes carry no device matrix: plan again with the links found.
+  // With discover_links, on every host, for DiscoverLinks (AskHosts); then
+  // setup and nodes carry no device matrix: plan again with the links found.
   std::vector<LaunchCommand> checks;
-  bool discover_links = false;
   std::vector<LaunchCommand> setup;  // then these, to completion
   LaunchCommand coordinator;         // then this, until it listens
   std::vector<LaunchCommand> nodes;  // then these

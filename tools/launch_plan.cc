@@ -121,7 +121,6 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
   }
   LaunchPlan plan;
   plan.hostfile = hostfile;
-  plan.discover_links = options.discover_links;
   const LaunchHost& chost = hostfile.hosts[hostfile.coordinator];
   plan.coordinator_address =
       absl::StrCat(chost.address, ":", hostfile.coordinator_port);
@@ -178,11 +177,6 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const Hostfile& hostfile,
 std::string DescribePlan(const LaunchPlan& plan) {
   std::string out =
       absl::StrCat("# clients: --coordinator ", plan.coordinator_address, "\n");
-  if (plan.discover_links) {
-    absl::StrAppend(&out,
-                    "# links: found from the hosts' doctor reports (the "
-                    "check lines) before anything starts\n");
-  }
   for (const auto& [a, b] : plan.missing_links) {
     absl::StrAppend(&out, "# warning: no link between ", a, " and ", b,
                     " (the mesh is not full: their traffic cannot use RDMA)\n");
