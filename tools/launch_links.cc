@@ -148,7 +148,7 @@ absl::StatusOr<DiscoveredLinks> DiscoverLinks(
       subnets[{*address & Mask(prefix), prefix}].push_back({i, std::move(d)});
     }
   }
-  // host index -> device -> the peer it was given, to refuse a device
+  // (host index, device) -> the peer it was given, to refuse a device
   // reaching two hosts.
   std::map<std::pair<size_t, std::string>, size_t> used;
   for (const auto& [key, ends] : subnets) {
