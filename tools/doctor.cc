@@ -346,24 +346,20 @@ DoctorReport Diagnose(const HostFacts& facts, const DoctorOptions& options) {
   return report;
 }
 
-bool IsIpv4MappedGid(absl::string_view gid) {
+std::string Ipv4OfGid(absl::string_view gid) {
   in6_addr addr{};
-  if (inet_pton(AF_INET6, std::string(gid).c_str(), &addr) != 1) return false;
+  if (inet_pton(AF_INET6, std::string(gid).c_str(), &addr) != 1) return "";
   static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0,    0,
                                           0, 0, 0, 0, 0xff, 0xff};
-  return std::equal(kPrefix, kPrefix + 12, addr.s6_addr);
-}
-
-std::string Ipv4OfGid(absl::string_view gid) {
-  if (!IsIpv4MappedGid(gid)) return "";
-  in6_addr addr{};
-  inet_pton(AF_INET6, std::string(gid).c_str(), &addr);
+  if (!std::equal(kPrefix, kPrefix + 12, addr.s6_addr)) return "";
   char text[INET_ADDRSTRLEN] = {};
   if (inet_ntop(AF_INET, addr.s6_addr + 12, text, sizeof(text)) == nullptr) {
     return "";
   }
   return text;
 }
+
+bool IsIpv4MappedGid(absl::string_view gid) { return !Ipv4OfGid(gid).empty(); }
 
 int Ipv4PrefixLength(uint32_t netmask_network_order) {
   const uint32_t mask = ntohl(netmask_network_order);

@@ -2,9 +2,10 @@
 // what exactly to run to fix it.
 //
 // Three stages, kept apart so the judgement is testable without a device:
-//   GatherHostFacts  - reads the host (libibverbs; on Linux rlimits, /proc,
-//                      /sys, /dev; on macOS Apple's tools, GatherMacFacts)
-//                      and tries to register a pool on each usable device.
+//   GatherHostFacts  - reads the host (libibverbs; the IPv4 addresses from
+//                      getifaddrs; on Linux rlimits, /proc, /sys, /dev; on
+//                      macOS Apple's tools, GatherMacFacts) and tries to
+//                      register a pool on each usable device.
 //                      Everything it finds, failures included, becomes a fact.
 //   Diagnose         - a pure function from facts to findings (one line each:
 //                      what is wrong, the command that fixes it) and a verdict.
